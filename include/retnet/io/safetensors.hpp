@@ -1,0 +1,592 @@
+// Reader and writer for the safetensors format: an 8-byte little-endian header length N,
+// N bytes of JSON describing each tensor (dtype, shape, byte range), then the raw data.
+//
+// The reader trusts nothing in the file: every field is validated before it is used, and
+// every failure throws FormatError naming the file, the tensor and what was expected. Only
+// the header is held in memory; tensor data is streamed on demand in bounded blocks so
+// that loading a model never holds a second full copy of its weights.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+
+namespace retnet {
+
+/// Element types the library can read (and write). Other safetensors dtypes (integers,
+/// FP8, ...) are rejected with a FormatError.
+enum class DType { F32, F16, BF16, F64 };
+
+/// Bytes per element.
+inline size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return 4;
+    case DType::F16:
+    case DType::BF16:
+      return 2;
+    case DType::F64:
+      return 8;
+  }
+  return 0;
+}
+
+/// The name safetensors uses for the dtype ("F32", "F16", "BF16", "F64").
+inline const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::F64:
+      return "F64";
+  }
+  return "?";
+}
+
+/// Parses a safetensors dtype name; false if it is not one of the supported dtypes.
+inline bool dtype_from_name(const std::string& name, DType* out) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    if (name == dtype_name(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Scalar conversions. Written on the bit patterns so that they do not depend on compiler
+// support for _Float16 / __bf16 and handle subnormals, infinities and NaN exactly.
+
+inline float bits_to_float(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline uint32_t float_to_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+/// IEEE binary16 -> float (exact: every half value is representable as a float).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1f)  // inf / NaN: keep the payload so NaNs stay NaNs
+    return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0)  // normal: rebias the exponent from 15 to 127
+    return bits_to_float(sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13));
+  // Zero or subnormal: mantissa * 2^-24, exact in float.
+  const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  return sign ? -magnitude : magnitude;
+}
+
+/// bfloat16 -> float: bf16 is the top half of a float, so this is exact for every value.
+inline float bf16_to_float(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
+
+/// float -> IEEE binary16 with round-to-nearest-even; overflow gives inf, NaN stays NaN.
+inline uint16_t float_to_half(float f) {
+  const uint32_t x = float_to_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) {  // inf or NaN (force a quiet-NaN bit so the payload is not lost)
+    const uint16_t nan_bits = a > 0x7f800000u ? (0x200u | ((a >> 13) & 0x3ffu)) : 0u;
+    return static_cast<uint16_t>(sign | 0x7c00u | nan_bits);
+  }
+  // 65520 is halfway between the largest half (65504) and 65536; ties-to-even goes up.
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a >= 0x38800000u) {  // normal half (>= 2^-14): rebias, then round away 13 bits
+    uint32_t v = a - ((127u - 15u) << 23);
+    v += 0xfffu + ((v >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (v >> 13));
+  }
+  if (a <= 0x33000000u) return sign;  // <= 2^-25: ties-to-even rounds to zero
+  // Subnormal half: value in units of 2^-24 is m * 2^(e - 126), a right shift by 126 - e.
+  const uint32_t e = a >> 23;
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126u - e;  // 14..24 here
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1u);
+  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;  // may carry into the normal range
+  return static_cast<uint16_t>(sign | q);
+}
+
+/// float -> bfloat16 with round-to-nearest-even; NaN stays (quiet) NaN.
+inline uint16_t float_to_bf16(float f) {
+  const uint32_t x = float_to_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+namespace detail {
+
+inline uint16_t load_le16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (static_cast<uint16_t>(p[1]) << 8));
+}
+inline uint32_t load_le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+inline uint64_t load_le64(const uint8_t* p) {
+  return static_cast<uint64_t>(load_le32(p)) | (static_cast<uint64_t>(load_le32(p + 4)) << 32);
+}
+inline void store_le16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline void store_le32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline void store_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+/// Decodes `count` little-endian elements of `dtype` from `src` into `dst`.
+template <typename Scalar>
+void decode(DType dtype, const uint8_t* src, size_t count, Scalar* dst) {
+  static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value,
+                "tensors can be read as float or double");
+  switch (dtype) {
+    case DType::F32:
+      for (size_t i = 0; i < count; ++i)
+        dst[i] = static_cast<Scalar>(bits_to_float(load_le32(src + 4 * i)));
+      break;
+    case DType::F16:
+      for (size_t i = 0; i < count; ++i)
+        dst[i] = static_cast<Scalar>(half_to_float(load_le16(src + 2 * i)));
+      break;
+    case DType::BF16:
+      for (size_t i = 0; i < count; ++i)
+        dst[i] = static_cast<Scalar>(bf16_to_float(load_le16(src + 2 * i)));
+      break;
+    case DType::F64:
+      for (size_t i = 0; i < count; ++i) {
+        const uint64_t bits = load_le64(src + 8 * i);
+        double d;
+        std::memcpy(&d, &bits, sizeof d);
+        dst[i] = static_cast<Scalar>(d);
+      }
+      break;
+  }
+}
+
+/// Encodes `count` floats as little-endian `dtype` into `dst`.
+inline void encode(DType dtype, const float* src, size_t count, uint8_t* dst) {
+  switch (dtype) {
+    case DType::F32:
+      for (size_t i = 0; i < count; ++i) store_le32(dst + 4 * i, float_to_bits(src[i]));
+      break;
+    case DType::F16:
+      for (size_t i = 0; i < count; ++i) store_le16(dst + 2 * i, float_to_half(src[i]));
+      break;
+    case DType::BF16:
+      for (size_t i = 0; i < count; ++i) store_le16(dst + 2 * i, float_to_bf16(src[i]));
+      break;
+    case DType::F64:
+      for (size_t i = 0; i < count; ++i) {
+        const double d = src[i];
+        uint64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        store_le64(dst + 8 * i, bits);
+      }
+      break;
+  }
+}
+
+/// a * b, or false on uint64 overflow.
+inline bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return false;
+  *out = a * b;
+  return true;
+}
+
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+inline std::string range_string(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+// Transfer block size: reads and writes go through a buffer of at most this many bytes.
+// A multiple of every element size, so no element straddles two blocks.
+constexpr size_t kIoBlockBytes = size_t{1} << 20;
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------
+
+/// One tensor's entry in a safetensors header.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets relative to the start of the data area
+
+  /// Number of elements (1 for a scalar of shape []). Validated not to overflow.
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  uint64_t nbytes() const { return end - begin; }
+};
+
+/// A validated safetensors header plus the means to stream tensor data: from a file on
+/// disk, or from a caller-owned memory buffer (see parse()).
+class SafetensorsFile {
+ public:
+  /// Safetensors' own upper bound on the header; checked before anything is allocated.
+  static constexpr uint64_t kMaxHeaderBytes = 100000000;
+
+  /// Opens `path` and reads and validates its header (not the tensor data).
+  explicit SafetensorsFile(const std::string& path) : path_(path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw FormatError(path + ": cannot open (no such file, or not a regular file)");
+    const uint64_t file_size = std::filesystem::file_size(path, ec);
+    if (ec) throw FormatError(path + ": cannot determine the file size (" + ec.message() + ")");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw FormatError(path + ": cannot open for reading");
+    if (file_size < 8)
+      throw FormatError(path + ": truncated: expected at least 8 bytes (header length), found " +
+                        std::to_string(file_size));
+    uint8_t prefix[8];
+    if (!in.read(reinterpret_cast<char*>(prefix), 8))
+      throw FormatError(path + ": truncated: could not read the 8-byte header length");
+    const uint64_t header_bytes = detail::load_le64(prefix);
+    check_header_length(header_bytes, file_size);
+    std::string header(static_cast<size_t>(header_bytes), '\0');
+    if (!in.read(&header[0], static_cast<std::streamsize>(header_bytes)))
+      throw FormatError(path + ": truncated: could not read the " + std::to_string(header_bytes) +
+                        "-byte header");
+    data_start_ = 8 + header_bytes;
+    data_size_ = file_size - data_start_;
+    parse_header(header.data(), header.size());
+  }
+
+  /// Parses a whole safetensors file held in memory. `label` names it in error messages.
+  /// The buffer is not copied: it must outlive the returned object (read() uses it).
+  static SafetensorsFile parse(const std::string& label, const uint8_t* data, size_t size) {
+    SafetensorsFile file;
+    file.path_ = label;
+    file.memory_ = data;
+    if (size < 8 || data == nullptr)
+      throw FormatError(label + ": truncated: expected at least 8 bytes (header length), found " +
+                        std::to_string(data ? size : 0));
+    const uint64_t header_bytes = detail::load_le64(data);
+    file.check_header_length(header_bytes, size);
+    file.data_start_ = 8 + header_bytes;
+    file.data_size_ = size - file.data_start_;
+    file.parse_header(reinterpret_cast<const char*>(data + 8), static_cast<size_t>(header_bytes));
+    return file;
+  }
+
+  /// The file path (or the label given to parse()).
+  const std::string& path() const { return path_; }
+  /// All tensors, sorted by name.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  /// The optional `__metadata__` string map.
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// Absolute offset of the data area (8 + header length) and its size in bytes.
+  uint64_t data_start() const { return data_start_; }
+  uint64_t data_size() const { return data_size_; }
+
+  bool contains(const std::string& name) const { return find(name) != nullptr; }
+
+  /// The tensor's header entry; throws FormatError "PATH: missing tensor NAME".
+  const TensorInfo& info(const std::string& name) const {
+    const TensorInfo* t = find(name);
+    if (!t) throw FormatError(path_ + ": missing tensor " + name);
+    return *t;
+  }
+
+  /// Reads tensor `name` into dst[0 .. numel), converting to Scalar (float or double).
+  template <typename Scalar>
+  void read(const std::string& name, Scalar* dst) const {
+    read(info(name), dst);
+  }
+
+  /// As above, for an entry of tensors().
+  template <typename Scalar>
+  void read(const TensorInfo& t, Scalar* dst) const {
+    const size_t esize = dtype_size(t.dtype);
+    const uint64_t total = t.nbytes();
+    if (total == 0) return;
+    if (memory_) {  // whole buffer is in memory and bounds were validated against it
+      detail::decode(t.dtype, memory_ + data_start_ + t.begin, static_cast<size_t>(total / esize),
+                     dst);
+      return;
+    }
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) throw FormatError(path_ + ": cannot open for reading tensor " + t.name);
+    in.seekg(static_cast<std::streamoff>(data_start_ + t.begin));
+    std::vector<uint8_t> block(static_cast<size_t>(std::min<uint64_t>(total, detail::kIoBlockBytes)));
+    uint64_t done = 0;
+    while (done < total) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, block.size()));
+      in.read(reinterpret_cast<char*>(block.data()), static_cast<std::streamsize>(n));
+      if (!in || static_cast<size_t>(in.gcount()) != n)
+        throw FormatError(path_ + ": file ended while reading tensor " + t.name + ": expected " +
+                          std::to_string(total) + " bytes at data offset " +
+                          std::to_string(t.begin) + ", found " + std::to_string(done + in.gcount()) +
+                          " (was the file changed after it was opened?)");
+      detail::decode(t.dtype, block.data(), n / esize, dst + done / esize);
+      done += n;
+    }
+  }
+
+ private:
+  SafetensorsFile() = default;
+
+  const TensorInfo* find(const std::string& name) const {
+    auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                               [](const TensorInfo& t, const std::string& n) { return t.name < n; });
+    return it != tensors_.end() && it->name == name ? &*it : nullptr;
+  }
+
+  // Rejects a header length that does not fit the file before it is used to allocate.
+  void check_header_length(uint64_t header_bytes, uint64_t total_size) const {
+    if (header_bytes > total_size - 8)
+      throw FormatError(path_ + ": header length " + std::to_string(header_bytes) +
+                        " runs past the end of the file: expected at most " +
+                        std::to_string(total_size - 8) + " bytes after the 8-byte length");
+    if (header_bytes > kMaxHeaderBytes)
+      throw FormatError(path_ + ": header length " + std::to_string(header_bytes) +
+                        " exceeds the safetensors limit of " + std::to_string(kMaxHeaderBytes));
+  }
+
+  void parse_header(const char* text, size_t size) {
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(text, text + size);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(path_ + ": header is not valid JSON (" + e.what() + ")");
+    }
+    if (!header.is_object())
+      throw FormatError(path_ + ": header is not a JSON object: expected object, found " +
+                        std::string(header.type_name()));
+    try {
+      for (auto it = header.begin(); it != header.end(); ++it) {
+        if (it.key() == "__metadata__")
+          parse_metadata(it.value());
+        else
+          tensors_.push_back(parse_entry(it.key(), it.value()));
+      }
+    } catch (const nlohmann::json::exception& e) {  // a type check missed above
+      throw FormatError(path_ + ": malformed header (" + e.what() + ")");
+    }
+    check_overlaps();
+    std::sort(tensors_.begin(), tensors_.end(),
+              [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+  }
+
+  void parse_metadata(const nlohmann::json& m) {
+    if (!m.is_object())
+      throw FormatError(path_ + ": __metadata__ must be an object of strings, found " +
+                        std::string(m.type_name()));
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (!it.value().is_string())
+        throw FormatError(path_ + ": __metadata__ entry " + it.key() +
+                          " must be a string, found " + std::string(it.value().type_name()));
+      metadata_[it.key()] = it.value().get<std::string>();
+    }
+  }
+
+  // Reads a non-negative JSON integer, or throws naming `what`.
+  uint64_t non_negative(const nlohmann::json& v, const std::string& where,
+                        const char* what) const {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      if (i >= 0) return static_cast<uint64_t>(i);
+      throw FormatError(where + ": " + what + " must be >= 0, found " + std::to_string(i));
+    }
+    throw FormatError(where + ": " + what + " must be an integer, found " + v.dump());
+  }
+
+  TensorInfo parse_entry(const std::string& name, const nlohmann::json& e) const {
+    const std::string where = path_ + ": tensor " + name;
+    if (!e.is_object())
+      throw FormatError(where + ": entry must be a JSON object, found " +
+                        std::string(e.type_name()));
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (!e.contains(key)) throw FormatError(where + ": missing \"" + key + "\"");
+    TensorInfo t;
+    t.name = name;
+
+    const nlohmann::json& dtype = e["dtype"];
+    if (!dtype.is_string())
+      throw FormatError(where + ": \"dtype\" must be a string, found " + dtype.dump());
+    if (!dtype_from_name(dtype.get<std::string>(), &t.dtype))
+      throw FormatError(where + ": unknown dtype \"" + dtype.get<std::string>() +
+                        "\" (expected F32, F16, BF16 or F64)");
+
+    const nlohmann::json& shape = e["shape"];
+    if (!shape.is_array())
+      throw FormatError(where + ": \"shape\" must be an array, found " + shape.dump());
+    uint64_t numel = 1;
+    for (const nlohmann::json& d : shape) {
+      const uint64_t dim = non_negative(d, where, "shape dimension");
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          !detail::checked_mul(numel, dim, &numel) ||
+          numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        throw FormatError(where + ": element count of shape " + shape.dump() +
+                          " overflows 64 bits");
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    uint64_t expected_bytes = 0;
+    if (!detail::checked_mul(numel, dtype_size(t.dtype), &expected_bytes))
+      throw FormatError(where + ": byte size of shape " + shape.dump() + " overflows 64 bits");
+
+    const nlohmann::json& offsets = e["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2)
+      throw FormatError(where + ": \"data_offsets\" must be an array [begin, end], found " +
+                        offsets.dump());
+    t.begin = non_negative(offsets[0], where, "data_offsets begin");
+    t.end = non_negative(offsets[1], where, "data_offsets end");
+    if (t.begin > t.end)
+      throw FormatError(where + ": data_offsets " + detail::range_string(t.begin, t.end) +
+                        " have begin > end");
+    if (t.end > data_size_)
+      throw FormatError(where + ": data_offsets " + detail::range_string(t.begin, t.end) +
+                        " lie outside the data area: expected end <= " +
+                        std::to_string(data_size_));
+    if (t.end - t.begin != expected_bytes)
+      throw FormatError(where + ": data_offsets " + detail::range_string(t.begin, t.end) +
+                        " span " + std::to_string(t.end - t.begin) + " bytes, expected " +
+                        std::to_string(expected_bytes) + " (shape " +
+                        detail::shape_string(t.shape) + " x " +
+                        std::to_string(dtype_size(t.dtype)) + " bytes of " +
+                        dtype_name(t.dtype) + ")");
+    return t;
+  }
+
+  // Two tensors sharing bytes would alias each other's data: reject it. Empty tensors
+  // occupy no bytes and cannot overlap anything.
+  void check_overlaps() const {
+    std::vector<const TensorInfo*> by_offset;
+    for (const TensorInfo& t : tensors_)
+      if (t.end > t.begin) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
+    });
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+      const TensorInfo& prev = *by_offset[i - 1];
+      const TensorInfo& cur = *by_offset[i];
+      if (cur.begin < prev.end)
+        throw FormatError(path_ + ": tensor " + cur.name + ": data_offsets " +
+                          detail::range_string(cur.begin, cur.end) + " overlap tensor " +
+                          prev.name + " at " + detail::range_string(prev.begin, prev.end) +
+                          ": expected disjoint byte ranges");
+    }
+  }
+
+  std::string path_;
+  const uint8_t* memory_ = nullptr;  // set for parse(): the caller's whole-file buffer
+  uint64_t data_start_ = 0;
+  uint64_t data_size_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// ---------------------------------------------------------------------------------------
+
+/// A tensor to write: `data` holds numel floats, row-major; they are stored as `dtype`
+/// (F16 and BF16 round to nearest even).
+struct SavedTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+};
+
+/// Writes a safetensors file. Tensors are laid out in the given order; the header is
+/// padded with spaces to a multiple of 8 so that the data area is 8-byte aligned.
+/// Throws InvalidArgument for bad tensors (duplicate/empty names, negative dims, null
+/// data) and Error if the file cannot be written.
+inline void save_safetensors(const std::string& path, const std::vector<SavedTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata = {}) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<uint64_t> numels;
+  uint64_t offset = 0;
+  for (const SavedTensor& t : tensors) {
+    const std::string where = path + ": tensor " + t.name;
+    if (t.name.empty() || t.name == "__metadata__")
+      throw InvalidArgument(path + ": invalid tensor name \"" + t.name + "\"");
+    if (header.contains(t.name)) throw InvalidArgument(where + " is given twice");
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0 || !detail::checked_mul(numel, static_cast<uint64_t>(d), &numel))
+        throw InvalidArgument(where + ": invalid shape " + detail::shape_string(t.shape));
+    }
+    if (numel > 0 && t.data == nullptr) throw InvalidArgument(where + ": data is null");
+    uint64_t bytes = 0;
+    if (!detail::checked_mul(numel, dtype_size(t.dtype), &bytes) ||
+        bytes > std::numeric_limits<uint64_t>::max() - offset)
+      throw InvalidArgument(where + ": shape " + detail::shape_string(t.shape) + " is too large");
+    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    numels.push_back(numel);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a name that is not valid UTF-8
+    throw InvalidArgument(path + ": cannot encode the header (" + e.what() + ")");
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(path + ": cannot open for writing");
+  uint8_t length[8];
+  detail::store_le64(length, text.size());
+  out.write(reinterpret_cast<const char*>(length), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<uint8_t> block;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t esize = dtype_size(tensors[i].dtype);
+    const size_t per_block = detail::kIoBlockBytes / esize;
+    block.resize(static_cast<size_t>(std::min<uint64_t>(numels[i], per_block)) * esize);
+    for (uint64_t done = 0; done < numels[i];) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(numels[i] - done, per_block));
+      detail::encode(tensors[i].dtype, tensors[i].data + done, n, block.data());
+      out.write(reinterpret_cast<const char*>(block.data()),
+                static_cast<std::streamsize>(n * esize));
+      done += n;
+    }
+  }
+  out.close();
+  if (!out) throw Error(path + ": write failed");
+}
+
+}  // namespace retnet

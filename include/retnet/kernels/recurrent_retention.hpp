@@ -1,0 +1,75 @@
+// Recurrent form of retention (RETNET.md):
+//     S_n = gamma S_{n-1} + k_nᵀ v_n,     o_n = q_n S_n,     S_{-1} = initial state (or 0).
+// O(1) time and memory per token: the form for generating one token at a time.
+#pragma once
+
+#include "retnet/kernels/retention_common.hpp"
+
+namespace retnet {
+
+namespace detail {
+
+/// One step of one head: S = gamma S + kᵀ v, o = q S. S is dk x dv row-major.
+template <typename Scalar>
+void recurrent_step_head(const Scalar* q, const Scalar* k, const Scalar* v, Scalar gamma, Index dk,
+                         Index dv, Scalar* state, Scalar* out) {
+  MatrixMap<Scalar> s(state, dk, dv);
+  Eigen::Map<const RowVector<Scalar>> qv(q, dk), kv(k, dk), vv(v, dv);
+  s *= gamma;
+  s.noalias() += kv.transpose() * vv;
+  Eigen::Map<RowVector<Scalar>>(out, dv).noalias() = qv * s;
+}
+
+}  // namespace detail
+
+/// One token for every batch entry and head: q, k [batch, heads, dk], v [batch, heads, dv];
+/// updates `state` [batch, heads, dk, dv] in place (zero-initialised when empty) and writes
+/// `out` [batch, heads, dv]. Allocates nothing once `out` has the right shape.
+template <typename Scalar>
+void recurrent_retention_step(const Tensor3<Scalar>& q, const Tensor3<Scalar>& k,
+                              const Tensor3<Scalar>& v, const std::vector<Scalar>& decays,
+                              RetentionState<Scalar>& state, Tensor3<Scalar>& out) {
+  const auto& qd = q.dimensions();
+  const Index batch = qd[0], heads = qd[1], dk = qd[2], dv = v.dimension(2);
+  require(k.dimensions() == qd, "recurrent_retention_step: k's shape differs from q's");
+  require(v.dimension(0) == batch && v.dimension(1) == heads,
+          "recurrent_retention_step: v's [batch, heads] differ from q's");
+  detail::check_decays(decays, heads, "recurrent_retention_step");
+  detail::prepare_state(state, batch, heads, dk, dv);
+  if (out.dimension(0) != batch || out.dimension(1) != heads || out.dimension(2) != dv)
+    out.resize(batch, heads, dv);
+  for (Index bh = 0; bh < batch * heads; ++bh) {
+    detail::recurrent_step_head(q.data() + bh * dk, k.data() + bh * dk, v.data() + bh * dv,
+                                decays[bh % heads], dk, dv, state.data() + bh * dk * dv,
+                                out.data() + bh * dv);
+  }
+}
+
+/// A whole sequence through the recurrence: q, k [batch, heads, T, dk], v [batch, heads, T, dv].
+/// If `state` is given, it is the initial state (zero when empty) and receives the final one.
+template <typename Scalar>
+Tensor4<Scalar> recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                                    const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                                    RetentionState<Scalar>* state = nullptr) {
+  const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
+  RetentionState<Scalar> local;
+  RetentionState<Scalar>& s = state ? *state : local;
+  detail::prepare_state(s, batch, heads, dk, dv);
+  Tensor4<Scalar> out(batch, heads, time, dv);
+
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (Index bh = 0; bh < batch * heads; ++bh) {
+    const Index h = bh % heads;
+    Scalar* sh = s.data() + bh * dk * dv;
+    for (Index n = 0; n < time; ++n) {
+      detail::recurrent_step_head(q.data() + (bh * time + n) * dk, k.data() + (bh * time + n) * dk,
+                                  v.data() + (bh * time + n) * dv, decays[h], dk, dv, sh,
+                                  out.data() + (bh * time + n) * dv);
+    }
+  }
+  return out;
+}
+
+}  // namespace retnet

@@ -1,0 +1,257 @@
+// Next-token sampling from a logit vector: repetition penalty, temperature, top-k,
+// top-p, then a draw from a seeded generator that gives the same tokens on every
+// platform (no std:: distributions, whose algorithms are implementation-defined).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+
+namespace retnet {
+
+struct SamplerParams {
+  float temperature = 0.8f;     // 0: greedy (argmax, lowest index on ties)
+  int top_k = 0;                // keep the k most likely tokens; 0 = off
+  float top_p = 1.0f;           // keep the smallest set whose probability reaches p; 1 = off
+  float repeat_penalty = 1.0f;  // 1 = off; > 1 discourages recently seen tokens
+  int repeat_last_n = 64;       // how many of the most recent tokens are penalised; 0 = off
+  uint64_t seed = 0;
+
+  /// Throws InvalidArgument naming the first invalid field.
+  void validate() const {
+    require(
+        std::isfinite(temperature) && temperature >= 0.0f,
+        "SamplerParams: temperature must be finite and >= 0, got " + std::to_string(temperature));
+    require(top_k >= 0,
+            "SamplerParams: top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
+    // Written so that NaN fails too.
+    require(top_p > 0.0f && top_p <= 1.0f,
+            "SamplerParams: top_p must be in (0, 1], got " + std::to_string(top_p));
+    require(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f,
+            "SamplerParams: repeat_penalty must be finite and > 0, got " +
+                std::to_string(repeat_penalty));
+    require(repeat_last_n >= 0, "SamplerParams: repeat_last_n must be >= 0 (0 = off), got " +
+                                    std::to_string(repeat_last_n));
+  }
+};
+
+namespace detail {
+
+/// xoshiro256** seeded through splitmix64: small, fast, and fully specified, so a seed
+/// means the same stream everywhere.
+class Xoshiro256 {
+ public:
+  explicit Xoshiro256(uint64_t seed) {
+    // splitmix64 spreads any seed (0 included) over the 256-bit state, which must not
+    // be all zero.
+    uint64_t x = seed;
+    for (uint64_t& word : s_) {
+      x += 0x9E3779B97F4A7C15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      word = z ^ (z >> 31);
+    }
+  }
+
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+
+  /// Uniform in [0, 1): the top 53 bits scaled by 2^-53, exact in a double.
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+}  // namespace detail
+
+/// Draws token ids from logits. Holds its generator and scratch buffers, so it is not
+/// thread-safe; after the first call with a given vocabulary size, sample() allocates
+/// nothing.
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {
+    params_.validate();
+  }
+
+  const SamplerParams& params() const { return params_; }
+
+  /// Restarts the random stream as if constructed with `seed`.
+  void reseed(uint64_t seed) {
+    params_.seed = seed;
+    rng_ = detail::Xoshiro256(seed);
+  }
+
+  /// Next token from `logits[0..vocab)`. `recent` holds the previous tokens (prompt and
+  /// generated, oldest first); its last repeat_last_n entries are penalised.
+  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
+    const int64_t n = prepare(logits, vocab, recent);
+    if (n == 1) return ids_[0];  // greedy, or a single survivor: no random draw needed
+    // Scale the draw by the kept mass instead of trusting it to sum to exactly 1.
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) total += probs_[i];
+    const double target = rng_.uniform() * total;
+    double cumulative = 0.0;
+    int64_t last_nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (probs_[i] <= 0.0) continue;
+      cumulative += probs_[i];
+      last_nonzero = i;
+      if (target < cumulative) return ids_[i];
+    }
+    return ids_[last_nonzero];  // only reachable through rounding at the very top
+  }
+
+  /// The distribution sample() draws from for these inputs (zero outside the kept set),
+  /// without advancing the generator.
+  std::vector<float> probabilities(const float* logits, int64_t vocab,
+                                   const std::vector<int32_t>& recent) {
+    const int64_t n = prepare(logits, vocab, recent);
+    std::vector<float> out(static_cast<size_t>(vocab), 0.0f);
+    for (int64_t i = 0; i < n; ++i) out[ids_[i]] = static_cast<float>(probs_[i]);
+    return out;
+  }
+
+ private:
+  // top_p and the logits are floats, so a cumulative probability within float rounding
+  // of p counts as reaching it: without this slack, p = 0.8 over {0.5, 0.3, ...} would
+  // keep a third token because 0.8f is slightly above 0.8.
+  static constexpr double kTopPSlack = 1e-6;
+
+  // Leaves the kept token ids in ids_[0..n) and their normalised probabilities in
+  // probs_[0..n); returns n >= 1.
+  int64_t prepare(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
+    // Plain ifs rather than require(): its message would be built, and allocated, on every
+    // call.
+    if (vocab <= 0)
+      throw InvalidArgument("Sampler: vocab must be > 0, got " + std::to_string(vocab));
+    if (vocab > std::numeric_limits<int32_t>::max())
+      throw InvalidArgument("Sampler: vocab " + std::to_string(vocab) +
+                            " does not fit int32 token ids");
+    if (logits == nullptr) throw InvalidArgument("Sampler: logits is null");
+    const auto v = static_cast<size_t>(vocab);
+    work_.assign(logits, logits + v);  // reuses capacity: no allocation once warm
+    // -inf is allowed (a masked token); NaN or +inf means the model output is broken.
+    bool any_finite = false;
+    for (size_t i = 0; i < v; ++i) {
+      const float x = work_[i];
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+        throw InvalidArgument("Sampler: logit " + std::to_string(i) + " is " + std::to_string(x) +
+                              " (NaN or +inf)");
+      any_finite = any_finite || std::isfinite(x);
+    }
+    if (!any_finite) throw InvalidArgument("Sampler: every logit is -inf");
+
+    apply_repeat_penalty(vocab, recent);
+
+    ids_.resize(v);
+    probs_.resize(v);
+    if (params_.temperature == 0.0f) {
+      // max_element returns the first maximum, i.e. the lowest index on ties.
+      ids_[0] = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+      probs_[0] = 1.0;
+      return 1;
+    }
+
+    std::iota(ids_.begin(), ids_.end(), 0);
+    // Ordering by logit is ordering by probability; the index tie-break makes it a strict
+    // total order, so every standard library sorts the same way. Selecting before
+    // temperature scaling keeps rounding from creating ties.
+    const auto more_likely = [this](int32_t a, int32_t b) {
+      return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+    };
+    int64_t n = vocab;
+    bool sorted = false;
+    if (params_.top_k > 0 && params_.top_k < vocab) {
+      n = params_.top_k;
+      std::partial_sort(ids_.begin(), ids_.begin() + n, ids_.end(), more_likely);
+      sorted = true;
+    }
+    const bool use_top_p = params_.top_p < 1.0f;
+    if (use_top_p && !sorted) {
+      std::sort(ids_.begin(), ids_.begin() + n, more_likely);
+      sorted = true;
+    }
+
+    // Softmax of logit / temperature in double; subtracting the maximum first keeps a
+    // tiny temperature from overflowing.
+    float max_logit = work_[ids_[0]];
+    if (!sorted)
+      for (int64_t i = 1; i < n; ++i) max_logit = std::max(max_logit, work_[ids_[i]]);
+    const double inv_t = 1.0 / static_cast<double>(params_.temperature);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double p =
+          std::exp((static_cast<double>(work_[ids_[i]]) - static_cast<double>(max_logit)) * inv_t);
+      probs_[i] = p;
+      sum += p;
+    }
+
+    if (use_top_p) {
+      // Smallest prefix of the sorted candidates whose probability reaches top_p.
+      const double threshold = static_cast<double>(params_.top_p) - kTopPSlack;
+      double cumulative = 0.0;
+      int64_t kept = 0;
+      while (kept < n) {
+        cumulative += probs_[kept] / sum;
+        ++kept;
+        if (cumulative >= threshold) break;
+      }
+      n = kept;
+      sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += probs_[i];
+    }
+
+    for (int64_t i = 0; i < n; ++i) probs_[i] /= sum;
+    return n;
+  }
+
+  // CTRL-style penalty, as in llama.cpp: each distinct token among the last
+  // repeat_last_n of `recent` has a positive logit divided by the penalty and a
+  // non-positive one multiplied, so both move toward "less likely" when penalty > 1.
+  void apply_repeat_penalty(int64_t vocab, const std::vector<int32_t>& recent) {
+    if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0 || recent.empty()) return;
+    const size_t window = std::min(recent.size(), static_cast<size_t>(params_.repeat_last_n));
+    seen_.resize(static_cast<size_t>(vocab), 0);
+    const auto begin = recent.end() - static_cast<std::ptrdiff_t>(window);
+    for (auto it = begin; it != recent.end(); ++it) {
+      const int32_t id = *it;
+      if (id < 0 || id >= vocab) {
+        for (auto jt = begin; jt != it; ++jt) seen_[*jt] = 0;  // leave seen_ clean
+        throw InvalidArgument("Sampler: recent token id " + std::to_string(id) +
+                              " is outside [0, " + std::to_string(vocab) + ")");
+      }
+      if (seen_[id]) continue;
+      seen_[id] = 1;
+      float& x = work_[id];
+      x = x > 0.0f ? x / params_.repeat_penalty : x * params_.repeat_penalty;
+    }
+    for (auto it = begin; it != recent.end(); ++it) seen_[*it] = 0;
+  }
+
+  SamplerParams params_;
+  detail::Xoshiro256 rng_;
+  std::vector<float> work_;    // penalised logits
+  std::vector<int32_t> ids_;   // candidate ids, most likely first once sorted
+  std::vector<double> probs_;  // probabilities of ids_[i]
+  std::vector<uint8_t> seen_;  // per-id flag for the distinct-token penalty, kept all zero
+};
+
+}  // namespace retnet
