@@ -15,16 +15,16 @@ namespace retnet {
 /// `chunk_size` positions (the last chunk may be shorter). If `state` is given, it is the initial
 /// state (zero when empty) and receives the state after the last position.
 template <typename Scalar>
-Tensor4<Scalar> chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
-                                    const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
-                                    Index chunk_size, RetentionState<Scalar>* state = nullptr) {
+void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                         const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                         Index chunk_size, RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
   require(chunk_size >= 1,
           "chunkwise_retention: chunk_size must be >= 1, found " + std::to_string(chunk_size));
   const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;
   detail::prepare_state(s, batch, heads, dk, dv);
-  Tensor4<Scalar> out(batch, heads, time, dv);
+  detail::resize_if_needed(out, batch, heads, time, dv);
   const Index block = std::min(chunk_size, std::max<Index>(time, 1));
 
 #ifdef _OPENMP
@@ -61,6 +61,15 @@ Tensor4<Scalar> chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scal
       sh.noalias() += kc.transpose() * weighted_v;
     }
   }
+}
+
+/// As above, returning a new output tensor.
+template <typename Scalar>
+Tensor4<Scalar> chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                                    const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                                    Index chunk_size, RetentionState<Scalar>* state = nullptr) {
+  Tensor4<Scalar> out;
+  chunkwise_retention(q, k, v, decays, chunk_size, state, out);
   return out;
 }
 

@@ -9,11 +9,11 @@ namespace retnet {
 /// q, k [batch, heads, T, dk], v [batch, heads, T, dv] -> o [batch, heads, T, dv].
 /// If `final_state` is given it receives S_{T-1} = Kᵀ diag(gamma^(T-1-m)) V [batch, heads, dk, dv].
 template <typename Scalar>
-Tensor4<Scalar> parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
-                                   const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
-                                   RetentionState<Scalar>* final_state = nullptr) {
+void parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                        const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                        RetentionState<Scalar>* final_state, Tensor4<Scalar>& out) {
   const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
-  Tensor4<Scalar> out(batch, heads, time, dv);
+  detail::resize_if_needed(out, batch, heads, time, dv);
   if (final_state) final_state->resize(batch, heads, dk, dv);
 
 #ifdef _OPENMP
@@ -39,6 +39,15 @@ Tensor4<Scalar> parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scala
       detail::head_block(*final_state, b, h).setZero();
     }
   }
+}
+
+/// As above, returning a new output tensor.
+template <typename Scalar>
+Tensor4<Scalar> parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                                   const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                                   RetentionState<Scalar>* final_state = nullptr) {
+  Tensor4<Scalar> out;
+  parallel_retention(q, k, v, decays, final_state, out);
   return out;
 }
 

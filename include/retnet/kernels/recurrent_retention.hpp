@@ -48,14 +48,14 @@ void recurrent_retention_step(const Tensor3<Scalar>& q, const Tensor3<Scalar>& k
 /// A whole sequence through the recurrence: q, k [batch, heads, T, dk], v [batch, heads, T, dv].
 /// If `state` is given, it is the initial state (zero when empty) and receives the final one.
 template <typename Scalar>
-Tensor4<Scalar> recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
-                                    const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
-                                    RetentionState<Scalar>* state = nullptr) {
+void recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                         const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                         RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
   const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;
   detail::prepare_state(s, batch, heads, dk, dv);
-  Tensor4<Scalar> out(batch, heads, time, dv);
+  detail::resize_if_needed(out, batch, heads, time, dv);
 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
@@ -69,6 +69,15 @@ Tensor4<Scalar> recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scal
                                   out.data() + (bh * time + n) * dv);
     }
   }
+}
+
+/// As above, returning a new output tensor.
+template <typename Scalar>
+Tensor4<Scalar> recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                                    const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+                                    RetentionState<Scalar>* state = nullptr) {
+  Tensor4<Scalar> out;
+  recurrent_retention(q, k, v, decays, state, out);
   return out;
 }
 

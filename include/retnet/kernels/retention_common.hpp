@@ -84,6 +84,13 @@ void prepare_state(RetentionState<Scalar>& state, Index batch, Index heads, Inde
                                               shape_string(expected));
 }
 
+/// Gives `t` shape [a, b, c, d], reallocating only when the size changes (no per-token allocation).
+template <typename Scalar>
+void resize_if_needed(Tensor4<Scalar>& t, Index a, Index b, Index c, Index d) {
+  if (t.dimension(0) != a || t.dimension(1) != b || t.dimension(2) != c || t.dimension(3) != d)
+    t.resize(a, b, c, d);
+}
+
 /// powers[i] = gamma^i for i = 0..n.
 template <typename Scalar>
 void decay_powers(Scalar gamma, Index n, Vector<Scalar>& powers) {

@@ -1,0 +1,39 @@
+// Loading a model folder (config.json + model.safetensors or its sharded index) into a
+// RetNetModel. Tensors stream straight from the file into their final matrices, converted to
+// Scalar on the way, so peak memory is the weights plus one read block.
+#pragma once
+
+#include <string>
+
+#include "retnet/io/checkpoint.hpp"
+#include "retnet/model/retnet_model.hpp"
+
+namespace retnet {
+
+template <typename Scalar>
+ModelWeights<Scalar> load_weights(const std::string& dir, const ModelConfig& config) {
+  CheckpointReader reader(dir);
+  ModelWeights<Scalar> w;
+  w.allocate(config);
+  w.visit(config, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
+    reader.template read<Scalar>(name, shape, t.data());
+  });
+  // Tied checkpoints usually omit the output projection; if one is stored anyway, use it.
+  if (config.tie_embeddings && reader.has("output_projection.weight")) {
+    w.output.resize(config.vocab_size, config.embed_dim);
+    reader.template read<Scalar>("output_projection.weight", {config.vocab_size, config.embed_dim},
+                                 w.output.data());
+  }
+  reader.check_all_consumed();
+  return w;
+}
+
+/// Loads `dir/config.json` and the weights of `dir`. Throws FormatError naming the file and
+/// tensor on any mismatch.
+template <typename Scalar>
+RetNetModel<Scalar> load_model(const std::string& dir) {
+  const ModelConfig config = ModelConfig::load(dir + "/config.json");
+  return RetNetModel<Scalar>(config, load_weights<Scalar>(dir, config));
+}
+
+}  // namespace retnet

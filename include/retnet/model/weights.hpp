@@ -1,0 +1,111 @@
+// All parameters of a RetNet decoder, with the shapes of RETNET.md ("Checkpoint layout").
+#pragma once
+
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "retnet/layers/decoder_layer.hpp"
+
+namespace retnet {
+
+template <typename Scalar>
+struct ModelWeights {
+  Matrix<Scalar> embed;     // [vocab, d]
+  Norm<Scalar> embed_norm;  // layernorm_embedding only
+  std::vector<DecoderLayerWeights<Scalar>> layers;
+  Norm<Scalar> final_norm;
+  Matrix<Scalar> output;  // [vocab, d]; empty when tied to `embed`
+
+  const Matrix<Scalar>& output_projection() const { return output.size() ? output : embed; }
+
+  size_t size_bytes(const ModelConfig& c) const {
+    size_t n = 0;
+    visit(c,
+          [&](const std::string&, const auto& t, const std::vector<int64_t>&) { n += t.size(); });
+    if (c.tie_embeddings) n += static_cast<size_t>(output.size());  // an untied copy was loaded
+    return n * sizeof(Scalar);
+  }
+
+  /// Calls f(logical_name, tensor, expected_shape) for every tensor the config asks for, in
+  /// checkpoint naming. The one place that maps RETNET.md names and shapes onto this struct.
+  template <typename F>
+  void visit(const ModelConfig& c, F&& f) {
+    visit_impl(*this, c, f);
+  }
+  template <typename F>
+  void visit(const ModelConfig& c, F&& f) const {
+    visit_impl(*this, c, f);
+  }
+
+  /// Random weights (seeded, for tests and benchmarks): matrices ~ N(0, 1/in), norm weights
+  /// ~ 1 + N(0, 0.1), biases ~ N(0, 0.1).
+  static ModelWeights random(const ModelConfig& c, uint64_t seed) {
+    ModelWeights w;
+    w.allocate(c);
+    std::mt19937_64 rng(seed);
+    w.visit(c, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
+      const bool is_norm = shape.size() == 1 && name.find("bias") == std::string::npos &&
+                           name.find("norm") != std::string::npos;
+      const double stdev = shape.size() == 2 ? 1.0 / std::sqrt(double(shape[1])) : 0.1;
+      std::normal_distribution<double> normal(is_norm ? 1.0 : 0.0, stdev);
+      for (Index i = 0; i < t.size(); ++i) t.data()[i] = static_cast<Scalar>(normal(rng));
+    });
+    return w;
+  }
+
+  /// Gives every tensor the shape the config asks for (contents undefined).
+  void allocate(const ModelConfig& c) {
+    layers.resize(static_cast<size_t>(c.layers));
+    visit(c, [](const std::string&, auto& t, const std::vector<int64_t>& shape) {
+      if (shape.size() == 2)
+        t.resize(shape[0], shape[1]);
+      else
+        t.resize(shape[0], 1);
+    });
+  }
+
+ private:
+  template <typename Self, typename F>
+  static void visit_impl(Self& w, const ModelConfig& c, F& f) {
+    const int64_t d = c.embed_dim, dv = c.value_embed_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
+    const bool layer_norm = c.norm == NormKind::kLayerNorm;
+    auto norm = [&](const std::string& name, auto& n, int64_t size) {
+      if constexpr (!std::is_const_v<std::remove_reference_t<decltype(n)>>) n.kind = c.norm;
+      f(name + ".weight", n.weight, std::vector<int64_t>{size});
+      if (layer_norm) f(name + ".bias", n.bias, std::vector<int64_t>{size});
+    };
+    f("embed_tokens.weight", w.embed, std::vector<int64_t>{vocab, d});
+    if (c.layernorm_embedding) norm("layernorm_embedding", w.embed_norm, d);
+    for (int64_t i = 0; i < c.layers; ++i) {
+      auto& l = w.layers[static_cast<size_t>(i)];
+      const std::string p = "layers." + std::to_string(i) + ".";
+      norm(p + "retention_layer_norm", l.retention_norm, d);
+      f(p + "retention.q_proj.weight", l.retention.q_proj, std::vector<int64_t>{d, d});
+      f(p + "retention.k_proj.weight", l.retention.k_proj, std::vector<int64_t>{d, d});
+      f(p + "retention.v_proj.weight", l.retention.v_proj, std::vector<int64_t>{dv, d});
+      f(p + "retention.g_proj.weight", l.retention.g_proj, std::vector<int64_t>{dv, d});
+      f(p + "retention.out_proj.weight", l.retention.out_proj, std::vector<int64_t>{d, dv});
+      norm(p + "final_layer_norm", l.final_norm, d);
+      f(p + "ffn.fc1.weight", l.ffn.fc1, std::vector<int64_t>{ffn, d});
+      if (c.use_glu) {
+        f(p + "ffn.gate.weight", l.ffn.gate, std::vector<int64_t>{ffn, d});
+      } else {
+        f(p + "ffn.fc1.bias", l.ffn.fc1_bias, std::vector<int64_t>{ffn});
+        f(p + "ffn.fc2.bias", l.ffn.fc2_bias, std::vector<int64_t>{d});
+        if (c.subln) {
+          if constexpr (!std::is_const_v<Self>)
+            l.ffn.sub_norm.kind = NormKind::kLayerNorm;  // always a LayerNorm (torchscale)
+          f(p + "ffn.ffn_layernorm.weight", l.ffn.sub_norm.weight, std::vector<int64_t>{ffn});
+          f(p + "ffn.ffn_layernorm.bias", l.ffn.sub_norm.bias, std::vector<int64_t>{ffn});
+        }
+      }
+      f(p + "ffn.fc2.weight", l.ffn.fc2, std::vector<int64_t>{d, ffn});
+    }
+    norm("layer_norm", w.final_norm, d);
+    if (!c.tie_embeddings) f("output_projection.weight", w.output, std::vector<int64_t>{vocab, d});
+  }
+};
+
+}  // namespace retnet

@@ -1,0 +1,259 @@
+// Model level: torchscale's logits in all three forms, agreement of the forms on random
+// models of every supported kind, and states handed from one form to another.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "retention_reference.hpp"
+#include "retnet/retnet.hpp"
+
+using namespace retnet;
+using retnet::testing::relative_error;
+
+namespace {
+
+const std::string kFixture = std::string(RETNET_TEST_DATA_DIR) + "/torchscale-tiny";
+
+TokenMatrix fixture_tokens() {
+  const auto a = load_npy(kFixture + "/tokens.npy");
+  const auto ids = a.as<int32_t>();
+  return Eigen::Map<const TokenMatrix>(ids.data(), a.shape[0], a.shape[1]);
+}
+
+Matrix<float> fixture_logits() {
+  const auto a = load_npy(kFixture + "/logits.npy");  // [batch, time, vocab]
+  const auto v = a.as<float>();
+  return Eigen::Map<const Matrix<float>>(v.data(), a.shape[0] * a.shape[1], a.shape[2]);
+}
+
+TokenMatrix random_tokens(Index batch, Index time, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  TokenMatrix t(batch, time);
+  for (Index i = 0; i < t.size(); ++i) t.data()[i] = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+}  // namespace
+
+// torchscale's parallel forward on random weights (tests/data/torchscale-tiny), float32.
+TEST(TorchscaleFixture, EveryFormMatchesTorchscaleLogits) {
+  auto model = load_model<float>(kFixture);
+  const auto tokens = fixture_tokens();
+  const auto expected = fixture_logits();
+  ASSERT_EQ(tokens.rows(), 2);
+  EXPECT_LE(relative_error(model.forward(tokens, Form::kParallel), expected), 1e-5);
+  EXPECT_LE(relative_error(model.forward(tokens, Form::kRecurrent), expected), 1e-5);
+  for (Index chunk : {1, 4, 5, 21, 64}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    EXPECT_LE(relative_error(model.forward(tokens, Form::kChunkwise, chunk), expected), 1e-5);
+  }
+}
+
+TEST(TorchscaleFixture, DoubleModelMatchesToo) {
+  auto model = load_model<double>(kFixture);
+  const Matrix<double> expected = fixture_logits().cast<double>();
+  EXPECT_LE(relative_error(model.forward(fixture_tokens(), Form::kChunkwise, 5), expected), 1e-5);
+}
+
+// --- random models of every kind: the three forms agree ---
+
+struct Variant {
+  std::string name;
+  ModelConfig config;
+};
+
+std::vector<Variant> variants() {
+  ModelConfig base;
+  base.vocab_size = 53, base.embed_dim = 16, base.value_embed_dim = 24, base.heads = 2;
+  base.ffn_dim = 20, base.layers = 2, base.chunk_size = 5;
+  std::vector<Variant> v;
+  v.push_back({"glu_swish", base});
+  v.back().config.activation = Activation::kSwish;
+  v.push_back({"glu_gelu_tied_scaled", base});
+  v.back().config.tie_embeddings = true, v.back().config.scale_embedding = true;
+  v.push_back({"plain_ffn_subln_layernorm_embedding", base});
+  v.back().config.use_glu = false, v.back().config.subln = true;
+  v.back().config.layernorm_embedding = true;
+  v.push_back({"plain_ffn_no_subln_four_heads", base});
+  v.back().config.use_glu = false, v.back().config.heads = 4, v.back().config.value_embed_dim = 40;
+  v.push_back({"layernorm_model_one_head", base});
+  v.back().config.norm = NormKind::kLayerNorm, v.back().config.heads = 1;
+  v.back().config.layernorm_embedding = true, v.back().config.activation = Activation::kSwish;
+  v.push_back({"eight_heads_dk2", base});
+  v.back().config.heads = 8, v.back().config.value_embed_dim = 8 * 3;
+  return v;
+}
+
+template <typename Scalar>
+void expect_forms_agree(const ModelConfig& config, double tol) {
+  RetNetModel<Scalar> model(config, ModelWeights<Scalar>::random(config, 5));
+  for (auto [batch, time] : {std::pair<Index, Index>{1, 1}, {3, 13}, {2, 40}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch) + " time " + std::to_string(time));
+    const auto tokens = random_tokens(batch, time, config.vocab_size, 17 + time);
+    const auto parallel = model.forward(tokens, Form::kParallel);
+    EXPECT_LE(relative_error(model.forward(tokens, Form::kRecurrent), parallel), tol);
+    for (Index chunk : {Index(1), Index(4), Index(7), time, time + 3}) {  // 13, 40 % 7 != 0
+      SCOPED_TRACE("chunk " + std::to_string(chunk));
+      EXPECT_LE(relative_error(model.forward(tokens, Form::kChunkwise, chunk), parallel), tol);
+    }
+  }
+}
+
+TEST(RandomModels, ThreeFormsAgreeInDouble) {
+  for (const auto& v : variants()) {
+    SCOPED_TRACE(v.name);
+    expect_forms_agree<double>(v.config, 1e-10);
+  }
+}
+
+TEST(RandomModels, ThreeFormsAgreeInFloat) {
+  for (const auto& v : variants()) {
+    SCOPED_TRACE(v.name);
+    expect_forms_agree<float>(v.config, 1e-5);
+  }
+}
+
+// The clamp of the row sums must be active somewhere for the test above to cover it: with
+// large keys, |row sum| > 1 for most rows.
+TEST(RandomModels, FormsAgreeWhenTheRowSumClampIsActive) {
+  ModelConfig c = variants()[0].config;
+  auto weights = ModelWeights<double>::random(c, 9);
+  for (auto& l : weights.layers) l.retention.k_proj *= 30.0, l.retention.q_proj *= 30.0;
+  RetNetModel<double> model(c, std::move(weights));
+  const auto tokens = random_tokens(2, 30, c.vocab_size, 3);
+  const auto parallel = model.forward(tokens, Form::kParallel);
+  EXPECT_LE(relative_error(model.forward(tokens, Form::kRecurrent), parallel), 1e-10);
+  EXPECT_LE(relative_error(model.forward(tokens, Form::kChunkwise, 4), parallel), 1e-10);
+}
+
+// --- states ---
+
+template <typename Scalar>
+Matrix<Scalar> decode_greedy_logits(RetNetModel<Scalar>& model, ModelState<Scalar>& state,
+                                    std::vector<int32_t> next, int steps) {
+  Matrix<Scalar> logits, all(steps * Index(next.size()), model.config().vocab_size);
+  for (int s = 0; s < steps; ++s) {
+    model.step(next, state, logits);
+    for (Index b = 0; b < logits.rows(); ++b) {
+      all.row(s * logits.rows() + b) = logits.row(b);
+      Index arg;
+      logits.row(b).maxCoeff(&arg);
+      next[b] = static_cast<int32_t>(arg);
+    }
+  }
+  return all;
+}
+
+TEST(ModelState, PrefillInAnyFormThenRecurrentStepsEqualsRecurrentAllTheWay) {
+  ModelConfig c = variants()[2].config;
+  RetNetModel<double> model(c, ModelWeights<double>::random(c, 1));
+  const auto prompt = random_tokens(2, 23, c.vocab_size, 8);
+  Matrix<double> logits;
+  auto reference_state = model.new_state(2);
+  model.forward(prompt, Form::kRecurrent, 1, reference_state, logits);
+  const auto reference = decode_greedy_logits(model, reference_state, {1, 2}, 12);
+  for (Form form : {Form::kParallel, Form::kChunkwise}) {
+    SCOPED_TRACE(form_name(form));
+    auto state = model.new_state(2);
+    model.forward(prompt, form, 6, state, logits, LogitsMode::kLast);
+    EXPECT_EQ(state.positions, (std::vector<int64_t>{23, 23}));
+    EXPECT_LE(relative_error(decode_greedy_logits(model, state, {1, 2}, 12), reference), 1e-10);
+  }
+}
+
+TEST(ModelState, LastLogitsEqualTheLastRowOfAll) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<double> model(c, ModelWeights<double>::random(c, 2));
+  const auto tokens = random_tokens(2, 11, c.vocab_size, 4);
+  const auto all = model.forward(tokens, Form::kParallel);
+  auto state = model.new_state(2);
+  Matrix<double> last;
+  model.forward(tokens, Form::kChunkwise, 4, state, last, LogitsMode::kLast);
+  ASSERT_EQ(last.rows(), 2);
+  EXPECT_LE(relative_error(Matrix<double>(last.row(0)), Matrix<double>(all.row(10))), 1e-10);
+  EXPECT_LE(relative_error(Matrix<double>(last.row(1)), Matrix<double>(all.row(21))), 1e-10);
+}
+
+TEST(ModelState, IsAFixedSizeCopyableValue) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  auto state = model.new_state(1);
+  const size_t bytes = state.size_bytes();
+  // layers x heads x dk x (dv + 1) scalars + one position
+  EXPECT_EQ(bytes, size_t(c.layers * c.heads * c.key_head_dim() * (c.value_head_dim() + 1)) *
+                           sizeof(float) +
+                       sizeof(int64_t));
+  Matrix<float> logits;
+  model.forward(random_tokens(1, 100, c.vocab_size, 1), Form::kChunkwise, 16, state, logits);
+  EXPECT_EQ(state.size_bytes(), bytes);
+  // A copy branches: both continue identically, and the original is untouched by the copy.
+  auto branch = state;
+  Matrix<float> a, b;
+  model.step({7}, state, a);
+  model.step({7}, branch, b);
+  EXPECT_EQ(a, b);
+  model.step({8}, branch, b);
+  EXPECT_EQ(state.positions[0], 101);
+  EXPECT_EQ(branch.positions[0], 102);
+}
+
+TEST(ModelState, SerialisesAndRejectsMismatches) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  auto state = model.new_state(2);
+  Matrix<float> logits;
+  model.forward(random_tokens(2, 9, c.vocab_size, 2), Form::kChunkwise, 4, state, logits);
+  std::stringstream buffer;
+  state.save(buffer);
+  const auto loaded = ModelState<float>::load(buffer, model.new_state(1));
+  EXPECT_EQ(loaded.positions, state.positions);
+  for (size_t l = 0; l < state.layers.size(); ++l)
+    EXPECT_EQ(relative_error(loaded.layers[l], state.layers[l]), 0.0);
+
+  ModelConfig other = c;
+  other.heads = 4;
+  RetNetModel<float> other_model(other, ModelWeights<float>::random(other, 3));
+  std::stringstream again(buffer.str());
+  EXPECT_THROW(ModelState<float>::load(again, other_model.new_state(1)), FormatError);
+  std::stringstream truncated(buffer.str().substr(0, buffer.str().size() - 5));
+  EXPECT_THROW(ModelState<float>::load(truncated, model.new_state(1)), FormatError);
+  std::stringstream as_double(buffer.str());
+  RetNetModel<double> double_model(c, ModelWeights<double>::random(c, 3));
+  EXPECT_THROW(ModelState<double>::load(as_double, double_model.new_state(1)), FormatError);
+  std::stringstream garbage("not a state at all");
+  EXPECT_THROW(ModelState<float>::load(garbage, model.new_state(1)), FormatError);
+}
+
+TEST(ModelState, SelectAndConcatenateKeepEachSequence) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<double> model(c, ModelWeights<double>::random(c, 4));
+  auto a = model.new_state(1), b = model.new_state(1);
+  Matrix<double> la, lb;
+  model.forward(random_tokens(1, 5, c.vocab_size, 1), Form::kChunkwise, 3, a, la);
+  model.forward(random_tokens(1, 9, c.vocab_size, 2), Form::kChunkwise, 3, b, lb);
+  auto both = ModelState<double>::concatenate({a, b});
+  EXPECT_EQ(both.positions, (std::vector<int64_t>{5, 9}));
+  Matrix<double> batched, single_a, single_b;
+  model.step({3, 4}, both, batched);  // sequences at different positions in one batch
+  model.step({3}, a, single_a);
+  model.step({4}, b, single_b);
+  EXPECT_LE(relative_error(Matrix<double>(batched.row(0)), single_a), 1e-12);
+  EXPECT_LE(relative_error(Matrix<double>(batched.row(1)), single_b), 1e-12);
+  EXPECT_EQ(both.select(1).positions, std::vector<int64_t>{10});
+}
+
+TEST(ModelArguments, RejectsBadTokensAndStates) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  TokenMatrix bad(1, 2);
+  bad << 1, 53;
+  EXPECT_THROW(model.forward(bad, Form::kParallel), InvalidArgument);
+  auto state = model.new_state(2);
+  Matrix<float> logits;
+  EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kChunkwise, 2, state, logits),
+               InvalidArgument);
+  auto used = model.new_state(1);
+  model.forward(random_tokens(1, 3, 53, 1), Form::kChunkwise, 2, used, logits);
+  EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kParallel, 2, used, logits),
+               InvalidArgument);
+}

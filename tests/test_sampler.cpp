@@ -1,0 +1,519 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "retnet/text/sampler.hpp"
+
+// Counts heap allocations so that a test can check sample() allocates nothing once warm.
+// Replacing the global operator new is allowed; it only affects this test executable.
+namespace {
+std::atomic<long long> g_allocations{0};
+// Called through a volatile pointer: once GCC inlines the replaced operator delete it
+// sees free() on memory from operator new and warns (-Wmismatched-new-delete), though
+// the pair is consistent here.
+void (*volatile g_free)(void*) = std::free;
+}  // namespace
+
+// Every unaligned form is replaced so that all of them pair with free(), also under
+// sanitizers that intercept the library defaults.
+namespace {
+void* CountedMalloc(std::size_t size) noexcept {
+  ++g_allocations;
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* CountedNew(std::size_t size) {
+  if (void* p = CountedMalloc(size)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t size) {
+  return CountedNew(size);
+}
+void* operator new[](std::size_t size) {
+  return CountedNew(size);
+}
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return CountedMalloc(size);
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return CountedMalloc(size);
+}
+void operator delete(void* p) noexcept {
+  g_free(p);
+}
+void operator delete[](void* p) noexcept {
+  g_free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  g_free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  g_free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  g_free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  g_free(p);
+}
+
+namespace {
+
+using retnet::Sampler;
+using retnet::SamplerParams;
+
+const std::vector<int32_t> kNoRecent;
+
+// Softmax of logits / temperature in double, written independently of the library.
+std::vector<double> Softmax(const std::vector<float>& logits, double temperature) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float x : logits) max = std::max(max, static_cast<double>(x));
+  std::vector<double> p(logits.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    p[i] = std::exp((logits[i] - max) / temperature);
+    sum += p[i];
+  }
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+// Zeroes every entry but the `keep` largest (ties: lower index first) and renormalises.
+std::vector<double> KeepLargest(std::vector<double> p, size_t keep) {
+  std::vector<size_t> order(p.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  double sum = 0.0;
+  for (size_t r = 0; r < order.size(); ++r) {
+    if (r < keep)
+      sum += p[order[r]];
+    else
+      p[order[r]] = 0.0;
+  }
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+// Size of the smallest most-likely-first prefix whose probability is >= top_p.
+size_t TopPCount(const std::vector<double>& p, double top_p) {
+  std::vector<double> sorted = p;
+  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+  double cumulative = 0.0;
+  for (size_t r = 0; r < sorted.size(); ++r) {
+    cumulative += sorted[r];
+    if (cumulative >= top_p) return r + 1;
+  }
+  return sorted.size();
+}
+
+int32_t Argmax(const std::vector<float>& logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);  // strict: first max wins
+  return best;
+}
+
+// Uniform in [lo, hi) from mt19937_64's raw output: its sequence is fixed by the standard,
+// unlike std::uniform_real_distribution's.
+float UniformFloat(std::mt19937_64& gen, double lo, double hi) {
+  return static_cast<float>(lo + (hi - lo) * static_cast<double>(gen() >> 11) * 0x1.0p-53);
+}
+
+std::vector<float> RandomLogits(std::mt19937_64& gen, size_t vocab, bool integer_valued) {
+  std::vector<float> logits(vocab);
+  // Integer values in [-3, 3] make ties for the maximum common.
+  for (float& x : logits)
+    x = integer_valued ? std::floor(UniformFloat(gen, -3.0, 4.0)) : UniformFloat(gen, -10, 10);
+  return logits;
+}
+
+SamplerParams Params(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 0) {
+  SamplerParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.seed = seed;
+  return p;
+}
+
+// 99.9 % quantiles of the chi-square distribution, by degrees of freedom (index).
+constexpr double kChiSquare999[] = {0,      10.828, 13.816, 16.266, 18.467, 20.515, 22.458,
+                                    24.322, 26.124, 27.877, 29.588, 31.264, 32.909};
+
+// Draws `draws` tokens and compares the histogram with `expected`.
+// Tolerance: every bin's empirical frequency must lie within 4.5 standard deviations
+// sqrt(p (1 - p) / N) of its p (a false alarm per bin is ~7e-6 for a correct sampler),
+// bins with p = 0 must stay empty, and Pearson's chi-square over the bins with p > 0
+// must be below the 99.9 % quantile for (bins - 1) degrees of freedom. The seed is
+// fixed, so the outcome is deterministic; the bounds say how strict the check is.
+void ExpectMatchesDistribution(Sampler& sampler, const std::vector<float>& logits,
+                               const std::vector<int32_t>& recent,
+                               const std::vector<double>& expected) {
+  constexpr int kDraws = 10000;
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < kDraws; ++i) {
+    const int32_t id = sampler.sample(logits.data(), static_cast<int64_t>(logits.size()), recent);
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, static_cast<int32_t>(logits.size()));
+    ++counts[id];
+  }
+  double chi_square = 0.0;
+  int bins = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double p = expected[i];
+    if (p == 0.0) {
+      EXPECT_EQ(counts[i], 0) << "token " << i << " has probability 0";
+      continue;
+    }
+    ASSERT_GE(p * kDraws, 5.0) << "chi-square needs >= 5 expected draws per bin";
+    const double frequency = static_cast<double>(counts[i]) / kDraws;
+    const double sigma = std::sqrt(p * (1.0 - p) / kDraws);
+    EXPECT_LE(std::abs(frequency - p), 4.5 * sigma)
+        << "token " << i << ": frequency " << frequency << " vs p " << p;
+    const double diff = counts[i] - p * kDraws;
+    chi_square += diff * diff / (p * kDraws);
+    ++bins;
+  }
+  ASSERT_GE(bins, 2);
+  ASSERT_LT(bins - 1, static_cast<int>(std::size(kChiSquare999)));
+  EXPECT_LT(chi_square, kChiSquare999[bins - 1]) << bins << " bins";
+}
+
+void ExpectProbabilitiesNear(Sampler& sampler, const std::vector<float>& logits,
+                             const std::vector<int32_t>& recent,
+                             const std::vector<double>& expected) {
+  const auto probs =
+      sampler.probabilities(logits.data(), static_cast<int64_t>(logits.size()), recent);
+  ASSERT_EQ(probs.size(), expected.size());
+  for (size_t i = 0; i < probs.size(); ++i) {
+    EXPECT_NEAR(probs[i], expected[i], 1e-6) << "token " << i;
+    EXPECT_EQ(probs[i] == 0.0f, expected[i] == 0.0) << "token " << i;
+  }
+}
+
+const std::vector<float> kEightLogits = {2.0f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 1.5f, 0.25f};
+
+TEST(SamplerTest, TemperatureZeroIsGreedy) {
+  Sampler sampler(Params(0.0f, /*top_k=*/5, /*top_p=*/0.5f));  // top-k/top-p are moot
+  std::mt19937_64 gen(1);
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto logits = RandomLogits(gen, 97, /*integer_valued=*/trial % 2 == 0);
+    const int32_t want = Argmax(logits);
+    EXPECT_EQ(sampler.sample(logits.data(), 97, kNoRecent), want) << "trial " << trial;
+    std::vector<double> one_hot(97, 0.0);
+    one_hot[want] = 1.0;
+    ExpectProbabilitiesNear(sampler, logits, kNoRecent, one_hot);
+  }
+  const std::vector<float> tied = {1.0f, 3.0f, -2.0f, 3.0f, 3.0f};
+  EXPECT_EQ(sampler.sample(tied.data(), 5, kNoRecent), 1);  // lowest index among ties
+}
+
+TEST(SamplerTest, TopKOneEqualsGreedyAtAnyTemperature) {
+  std::mt19937_64 gen(2);
+  for (float temperature : {1e-3f, 0.5f, 1.0f, 2.0f, 100.0f}) {
+    for (float top_p : {1.0f, 0.3f}) {
+      Sampler sampler(Params(temperature, /*top_k=*/1, top_p, /*seed=*/7));
+      for (int trial = 0; trial < 100; ++trial) {
+        const auto logits = RandomLogits(gen, 200, /*integer_valued=*/trial % 2 == 0);
+        EXPECT_EQ(sampler.sample(logits.data(), 200, kNoRecent), Argmax(logits))
+            << "temperature " << temperature << " top_p " << top_p << " trial " << trial;
+      }
+    }
+  }
+}
+
+TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDifferent) {
+  const std::vector<float> flat(1000, 0.0f);  // uniform: every draw is pure randomness
+  auto run = [&](Sampler& sampler) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < 100; ++i) out.push_back(sampler.sample(flat.data(), 1000, out));
+    return out;
+  };
+  Sampler a(Params(1.0f, 0, 1.0f, /*seed=*/42));
+  Sampler b(Params(1.0f, 0, 1.0f, /*seed=*/42));
+  Sampler c(Params(1.0f, 0, 1.0f, /*seed=*/43));
+  const auto seq_a = run(a);
+  EXPECT_EQ(seq_a, run(b));
+  EXPECT_NE(seq_a, run(c));
+  c.reseed(42);
+  EXPECT_EQ(seq_a, run(c));
+
+  // probabilities() does not advance the generator.
+  Sampler d(Params(1.0f, 0, 1.0f, /*seed=*/42));
+  std::vector<int32_t> seq_d;
+  for (int i = 0; i < 100; ++i) {
+    d.probabilities(flat.data(), 1000, seq_d);
+    seq_d.push_back(d.sample(flat.data(), 1000, seq_d));
+  }
+  EXPECT_EQ(seq_a, seq_d);
+}
+
+TEST(SamplerTest, SeedGivesTheSameTokensOnEveryPlatform) {
+  // Regression values from this implementation (xoshiro256** seeded by splitmix64, 53-bit
+  // uniforms, no std:: distributions), cross-checked against an independent script.
+  // Any compiler or platform must reproduce them.
+  Sampler sampler(Params(1.0f, 0, 1.0f, /*seed=*/20240601));
+  std::vector<int32_t> got;
+  for (int i = 0; i < 12; ++i) got.push_back(sampler.sample(kEightLogits.data(), 8, kNoRecent));
+  const std::vector<int32_t> want = {0, 1, 6, 2, 5, 0, 0, 1, 6, 1, 1, 0};
+  EXPECT_EQ(got, want);
+}
+
+TEST(SamplerTest, DrawsMatchSoftmax) {
+  Sampler sampler(Params(0.7f, 0, 1.0f, /*seed=*/1));
+  const auto expected = Softmax(kEightLogits, 0.7);
+  ExpectProbabilitiesNear(sampler, kEightLogits, kNoRecent, expected);
+  ExpectMatchesDistribution(sampler, kEightLogits, kNoRecent, expected);
+}
+
+TEST(SamplerTest, DrawsMatchTopKSoftmax) {
+  Sampler sampler(Params(1.3f, /*top_k=*/3, 1.0f, /*seed=*/2));
+  const auto expected = KeepLargest(Softmax(kEightLogits, 1.3), 3);
+  ExpectProbabilitiesNear(sampler, kEightLogits, kNoRecent, expected);
+  ExpectMatchesDistribution(sampler, kEightLogits, kNoRecent, expected);
+}
+
+TEST(SamplerTest, DrawsMatchTopPSoftmax) {
+  const double top_p = 0.9;
+  const auto full = Softmax(kEightLogits, 1.0);
+  const size_t keep = TopPCount(full, top_p);
+  ASSERT_GT(keep, 2u);
+  ASSERT_LT(keep, 8u);
+  Sampler sampler(Params(1.0f, 0, static_cast<float>(top_p), /*seed=*/3));
+  const auto expected = KeepLargest(full, keep);
+  ExpectProbabilitiesNear(sampler, kEightLogits, kNoRecent, expected);
+  ExpectMatchesDistribution(sampler, kEightLogits, kNoRecent, expected);
+}
+
+TEST(SamplerTest, TopPKeepsExactlyTheSmallestSetReachingP) {
+  // Probabilities 0.15, 0.5, 0.05, 0.3 out of order, so the sampler must sort them; the
+  // most likely first is token 1 (0.5), 3 (0.3), 0 (0.15), 2 (0.05).
+  const std::vector<double> truth = {0.15, 0.5, 0.05, 0.3};
+  std::vector<float> logits;
+  for (double p : truth) logits.push_back(static_cast<float>(std::log(p)));
+  const std::vector<int32_t> by_rank = {1, 3, 0, 2};
+
+  struct Case {
+    float top_p;
+    size_t keep;
+  };
+  // 0.8 and 0.95 sit exactly on a cumulative sum: reaching p is enough.
+  for (const Case& c : {Case{0.3f, 1}, Case{0.5f, 1}, Case{0.6f, 2}, Case{0.8f, 2}, Case{0.81f, 3},
+                        Case{0.95f, 3}, Case{0.96f, 4}, Case{1.0f, 4}}) {
+    SCOPED_TRACE("top_p " + std::to_string(c.top_p));
+    Sampler sampler(Params(1.0f, 0, c.top_p, /*seed=*/11));
+    std::vector<double> expected(4, 0.0);
+    double kept_mass = 0.0;
+    for (size_t r = 0; r < c.keep; ++r) kept_mass += truth[by_rank[r]];
+    for (size_t r = 0; r < c.keep; ++r) expected[by_rank[r]] = truth[by_rank[r]] / kept_mass;
+    ExpectProbabilitiesNear(sampler, logits, kNoRecent, expected);
+
+    std::vector<int> counts(4, 0);
+    for (int i = 0; i < 10000; ++i) ++counts[sampler.sample(logits.data(), 4, kNoRecent)];
+    for (size_t r = 0; r < 4; ++r) {
+      if (r < c.keep)
+        EXPECT_GT(counts[by_rank[r]], 0) << "kept token " << by_rank[r] << " never drawn";
+      else
+        EXPECT_EQ(counts[by_rank[r]], 0) << "token " << by_rank[r] << " is outside the set";
+    }
+  }
+}
+
+TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 0.0f, 1.0f, 3.0f};
+  SamplerParams params = Params(1.0f, 0, 1.0f, /*seed=*/5);
+  params.repeat_penalty = 2.0f;
+
+  // Token 1 occurs twice but is penalised once; token 3 (logit 0) stays 0.
+  const std::vector<int32_t> recent = {5, 0, 1, 1, 3};
+  {
+    Sampler sampler(params);
+    const auto expected = Softmax({1.0f, -2.0f, 0.5f, 0.0f, 1.0f, 1.5f}, 1.0);
+    ExpectProbabilitiesNear(sampler, logits, recent, expected);
+    ExpectMatchesDistribution(sampler, logits, recent, expected);
+  }
+  {  // Only the last repeat_last_n tokens count: here {1, 3}.
+    SamplerParams windowed = params;
+    windowed.repeat_last_n = 2;
+    Sampler sampler(windowed);
+    ExpectProbabilitiesNear(sampler, logits, {5, 0, 1, 3},
+                            Softmax({2.0f, -2.0f, 0.5f, 0.0f, 1.0f, 3.0f}, 1.0));
+  }
+  {  // A penalty below 1 rewards repetition.
+    SamplerParams reward = params;
+    reward.repeat_penalty = 0.5f;
+    Sampler sampler(reward);
+    ExpectProbabilitiesNear(sampler, logits, {0, 1},
+                            Softmax({4.0f, -0.5f, 0.5f, 0.0f, 1.0f, 3.0f}, 1.0));
+  }
+  {  // Penalty 1 or an empty window leaves the logits alone.
+    SamplerParams off = params;
+    off.repeat_last_n = 0;
+    Sampler no_window(off);
+    ExpectProbabilitiesNear(no_window, logits, recent, Softmax(logits, 1.0));
+    off = params;
+    off.repeat_penalty = 1.0f;
+    Sampler no_penalty(off);
+    ExpectProbabilitiesNear(no_penalty, logits, recent, Softmax(logits, 1.0));
+  }
+  {  // The penalty applies before temperature scaling.
+    SamplerParams hot = params;
+    hot.temperature = 0.5f;
+    Sampler sampler(hot);
+    ExpectProbabilitiesNear(sampler, logits, recent,
+                            Softmax({1.0f, -2.0f, 0.5f, 0.0f, 1.0f, 1.5f}, 0.5));
+  }
+}
+
+TEST(SamplerTest, RepetitionPenaltyAppliesToGreedy) {
+  SamplerParams params = Params(0.0f);
+  params.repeat_penalty = 1.5f;
+  Sampler sampler(params);
+  const std::vector<float> logits = {2.0f, 1.9f};
+  EXPECT_EQ(sampler.sample(logits.data(), 2, kNoRecent), 0);
+  EXPECT_EQ(sampler.sample(logits.data(), 2, {0}), 1);  // 2 / 1.5 < 1.9
+}
+
+TEST(SamplerTest, RecentTokenOutOfRangeThrowsAndLeavesSamplerUsable) {
+  SamplerParams params = Params(1.0f);
+  params.repeat_penalty = 2.0f;
+  Sampler sampler(params);
+  const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 0.0f, 1.0f, 3.0f};
+  try {
+    sampler.sample(logits.data(), 6, {0, 5, 99});
+    ADD_FAILURE() << "no exception";
+  } catch (const retnet::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("99"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sampler.sample(logits.data(), 6, {-1}), retnet::InvalidArgument);
+  // Tokens 0 and 5 were seen before the bad id; they must not stay marked as penalised.
+  ExpectProbabilitiesNear(sampler, logits, {1},
+                          Softmax({2.0f, -2.0f, 0.5f, 0.0f, 1.0f, 3.0f}, 1.0));
+}
+
+TEST(SamplerTest, InvalidParamsThrowNamingTheField) {
+  struct Case {
+    std::function<void(SamplerParams&)> set;
+    const char* field;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<Case> cases = {
+      {[](SamplerParams& p) { p.temperature = -0.1f; }, "temperature"},
+      {[&](SamplerParams& p) { p.temperature = nan; }, "temperature"},
+      {[&](SamplerParams& p) { p.temperature = inf; }, "temperature"},
+      {[](SamplerParams& p) { p.top_k = -1; }, "top_k"},
+      {[](SamplerParams& p) { p.top_p = 0.0f; }, "top_p"},
+      {[](SamplerParams& p) { p.top_p = -0.5f; }, "top_p"},
+      {[](SamplerParams& p) { p.top_p = 1.0001f; }, "top_p"},
+      {[&](SamplerParams& p) { p.top_p = nan; }, "top_p"},
+      {[](SamplerParams& p) { p.repeat_penalty = 0.0f; }, "repeat_penalty"},
+      {[](SamplerParams& p) { p.repeat_penalty = -1.0f; }, "repeat_penalty"},
+      {[&](SamplerParams& p) { p.repeat_penalty = nan; }, "repeat_penalty"},
+      {[&](SamplerParams& p) { p.repeat_penalty = inf; }, "repeat_penalty"},
+      {[](SamplerParams& p) { p.repeat_last_n = -1; }, "repeat_last_n"},
+  };
+  for (const Case& c : cases) {
+    SamplerParams params;
+    c.set(params);
+    for (int via_constructor = 0; via_constructor < 2; ++via_constructor) {
+      try {
+        if (via_constructor)
+          (void)Sampler(params);
+        else
+          params.validate();
+        ADD_FAILURE() << c.field << ": no exception";
+      } catch (const retnet::InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+      }
+    }
+  }
+  // Boundary values that are valid.
+  SamplerParams edge;
+  edge.temperature = 0.0f;
+  edge.top_k = 0;
+  edge.top_p = 1.0f;
+  edge.repeat_last_n = 0;
+  EXPECT_NO_THROW(edge.validate());
+  EXPECT_NO_THROW(SamplerParams().validate());
+}
+
+TEST(SamplerTest, InvalidInputsThrow) {
+  Sampler sampler(Params(1.0f));
+  std::vector<float> logits = {0.5f, 1.0f, -1.0f, 2.0f};
+  EXPECT_THROW(sampler.sample(logits.data(), 0, kNoRecent), retnet::InvalidArgument);
+  EXPECT_THROW(sampler.sample(logits.data(), -3, kNoRecent), retnet::InvalidArgument);
+  EXPECT_THROW(sampler.sample(nullptr, 4, kNoRecent), retnet::InvalidArgument);
+
+  logits[2] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    sampler.sample(logits.data(), 4, kNoRecent);
+    ADD_FAILURE() << "NaN accepted";
+  } catch (const retnet::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("logit 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sampler.probabilities(logits.data(), 4, kNoRecent), retnet::InvalidArgument);
+  logits[2] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(sampler.sample(logits.data(), 4, kNoRecent), retnet::InvalidArgument);
+  const std::vector<float> all_masked(4, -std::numeric_limits<float>::infinity());
+  EXPECT_THROW(sampler.sample(all_masked.data(), 4, kNoRecent), retnet::InvalidArgument);
+}
+
+TEST(SamplerTest, NegativeInfinityMasksAToken) {
+  // -inf is accepted as "never pick this token".
+  const float masked = -std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {1.0f, masked, 0.0f, masked};
+  Sampler sampler(Params(1.0f, 0, 1.0f, /*seed=*/9));
+  ExpectProbabilitiesNear(
+      sampler, logits, kNoRecent,
+      {std::exp(1.0) / (std::exp(1.0) + 1.0), 0.0, 1.0 / (std::exp(1.0) + 1.0), 0.0});
+  for (int i = 0; i < 1000; ++i) {
+    const int32_t id = sampler.sample(logits.data(), 4, kNoRecent);
+    EXPECT_TRUE(id == 0 || id == 2) << id;
+  }
+}
+
+TEST(SamplerTest, TinyTemperatureDoesNotOverflow) {
+  Sampler sampler(Params(1e-30f));
+  const std::vector<float> logits = {1e30f, 3e30f, -1e30f};
+  ExpectProbabilitiesNear(sampler, logits, kNoRecent, {0.0, 1.0, 0.0});
+  EXPECT_EQ(sampler.sample(logits.data(), 3, kNoRecent), 1);
+}
+
+TEST(SamplerTest, SampleDoesNotAllocateOnceWarm) {
+  {  // The counter does see vector allocations.
+    const long long before = g_allocations.load();
+    std::vector<float> probe(10);
+    EXPECT_GT(g_allocations.load(), before);
+  }
+  std::mt19937_64 gen(3);
+  const auto logits = RandomLogits(gen, 5000, /*integer_valued=*/false);
+  std::vector<int32_t> recent;
+  for (int i = 0; i < 100; ++i) recent.push_back(static_cast<int32_t>(gen() % 5000));
+  for (const SamplerParams& base : {Params(0.0f), Params(0.8f), Params(0.8f, 40),
+                                    Params(0.8f, 0, 0.9f), Params(0.8f, 40, 0.9f)}) {
+    SamplerParams params = base;
+    params.repeat_penalty = 1.1f;
+    Sampler sampler(params);
+    sampler.sample(logits.data(), 5000, recent);  // first call sizes the buffers
+    const long long before = g_allocations.load();
+    int32_t sink = 0;
+    for (int i = 0; i < 50; ++i) sink += sampler.sample(logits.data(), 5000, recent);
+    EXPECT_EQ(g_allocations.load(), before) << "temperature " << params.temperature << " top_k "
+                                            << params.top_k << " top_p " << params.top_p;
+    EXPECT_GE(sink, 0);
+  }
+}
+
+}  // namespace
