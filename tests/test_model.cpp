@@ -55,6 +55,32 @@ TEST(TorchscaleFixture, DoubleModelMatchesToo) {
   EXPECT_LE(relative_error(model.forward(fixture_tokens(), Form::kChunkwise, 5), expected), 1e-5);
 }
 
+// Fixtures made by tests/data/make_reference_fixtures.py with the NumPy reference of RETNET.md:
+// HF names + F16 + tied embeddings + layernorm_embedding + embedding scale + gelu, and fairseq
+// names + BF16 + swish + 4 heads. Logits are stored as float32, hence 1e-6 even in double.
+class ReferenceFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReferenceFixture, EveryFormMatchesTheNumPyReference) {
+  const std::string dir = std::string(RETNET_TEST_DATA_DIR) + "/" + GetParam();
+  const auto t = load_npy(dir + "/tokens.npy");
+  const auto ids = t.as<int32_t>();
+  const TokenMatrix tokens = Eigen::Map<const TokenMatrix>(ids.data(), t.shape[0], t.shape[1]);
+  const auto l = load_npy(dir + "/logits.npy");
+  const auto values = l.as<double>();
+  const Matrix<double> expected =
+      Eigen::Map<const Matrix<double>>(values.data(), l.shape[0] * l.shape[1], l.shape[2]);
+  auto model = load_model<double>(dir);
+  auto model_f = load_model<float>(dir);
+  for (Form form : {Form::kParallel, Form::kChunkwise, Form::kRecurrent}) {
+    SCOPED_TRACE(form_name(form));
+    EXPECT_LE(relative_error(model.forward(tokens, form, 7), expected), 1e-6);
+    EXPECT_LE(relative_error(model_f.forward(tokens, form, 7), expected), 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, ReferenceFixture,
+                         ::testing::Values("hf-f16-tied", "fairseq-bf16"));
+
 // --- random models of every kind: the three forms agree ---
 
 struct Variant {

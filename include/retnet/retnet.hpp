@@ -3,6 +3,7 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/tensor.hpp"
+#include "retnet/core/threads.hpp"
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/npy.hpp"
 #include "retnet/io/safetensors.hpp"
@@ -15,5 +16,6 @@
 #include "retnet/model/retnet_model.hpp"
 #include "retnet/model/state.hpp"
 #include "retnet/model/weights.hpp"
+#include "retnet/text/generate.hpp"
 #include "retnet/text/sampler.hpp"
 #include "retnet/text/tokenizer.hpp"

@@ -101,7 +101,9 @@ inline float half_to_float(uint16_t h) {
 }
 
 /// bfloat16 -> float: bf16 is the top half of a float, so this is exact for every value.
-inline float bf16_to_float(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_float(uint16_t b) {
+  return bits_to_float(static_cast<uint32_t>(b) << 16);
+}
 
 /// float -> IEEE binary16 with round-to-nearest-even; overflow gives inf, NaN stays NaN.
 inline uint16_t float_to_half(float f) {
@@ -347,7 +349,8 @@ class SafetensorsFile {
     std::ifstream in(path_, std::ios::binary);
     if (!in) throw FormatError(path_ + ": cannot open for reading tensor " + t.name);
     in.seekg(static_cast<std::streamoff>(data_start_ + t.begin));
-    std::vector<uint8_t> block(static_cast<size_t>(std::min<uint64_t>(total, detail::kIoBlockBytes)));
+    std::vector<uint8_t> block(
+        static_cast<size_t>(std::min<uint64_t>(total, detail::kIoBlockBytes)));
     uint64_t done = 0;
     while (done < total) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, block.size()));
@@ -355,7 +358,8 @@ class SafetensorsFile {
       if (!in || static_cast<size_t>(in.gcount()) != n)
         throw FormatError(path_ + ": file ended while reading tensor " + t.name + ": expected " +
                           std::to_string(total) + " bytes at data offset " +
-                          std::to_string(t.begin) + ", found " + std::to_string(done + in.gcount()) +
+                          std::to_string(t.begin) + ", found " +
+                          std::to_string(done + in.gcount()) +
                           " (was the file changed after it was opened?)");
       detail::decode(t.dtype, block.data(), n / esize, dst + done / esize);
       done += n;
@@ -366,8 +370,9 @@ class SafetensorsFile {
   SafetensorsFile() = default;
 
   const TensorInfo* find(const std::string& name) const {
-    auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
-                               [](const TensorInfo& t, const std::string& n) { return t.name < n; });
+    auto it =
+        std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                         [](const TensorInfo& t, const std::string& n) { return t.name < n; });
     return it != tensors_.end() && it->name == name ? &*it : nullptr;
   }
 
@@ -413,15 +418,14 @@ class SafetensorsFile {
                         std::string(m.type_name()));
     for (auto it = m.begin(); it != m.end(); ++it) {
       if (!it.value().is_string())
-        throw FormatError(path_ + ": __metadata__ entry " + it.key() +
-                          " must be a string, found " + std::string(it.value().type_name()));
+        throw FormatError(path_ + ": __metadata__ entry " + it.key() + " must be a string, found " +
+                          std::string(it.value().type_name()));
       metadata_[it.key()] = it.value().get<std::string>();
     }
   }
 
   // Reads a non-negative JSON integer, or throws naming `what`.
-  uint64_t non_negative(const nlohmann::json& v, const std::string& where,
-                        const char* what) const {
+  uint64_t non_negative(const nlohmann::json& v, const std::string& where, const char* what) const {
     if (v.is_number_unsigned()) return v.get<uint64_t>();
     if (v.is_number_integer()) {
       const int64_t i = v.get<int64_t>();
@@ -475,16 +479,15 @@ class SafetensorsFile {
       throw FormatError(where + ": data_offsets " + detail::range_string(t.begin, t.end) +
                         " have begin > end");
     if (t.end > data_size_)
-      throw FormatError(where + ": data_offsets " + detail::range_string(t.begin, t.end) +
-                        " lie outside the data area: expected end <= " +
-                        std::to_string(data_size_));
+      throw FormatError(
+          where + ": data_offsets " + detail::range_string(t.begin, t.end) +
+          " lie outside the data area: expected end <= " + std::to_string(data_size_));
     if (t.end - t.begin != expected_bytes)
-      throw FormatError(where + ": data_offsets " + detail::range_string(t.begin, t.end) +
-                        " span " + std::to_string(t.end - t.begin) + " bytes, expected " +
-                        std::to_string(expected_bytes) + " (shape " +
-                        detail::shape_string(t.shape) + " x " +
-                        std::to_string(dtype_size(t.dtype)) + " bytes of " +
-                        dtype_name(t.dtype) + ")");
+      throw FormatError(
+          where + ": data_offsets " + detail::range_string(t.begin, t.end) + " span " +
+          std::to_string(t.end - t.begin) + " bytes, expected " + std::to_string(expected_bytes) +
+          " (shape " + detail::shape_string(t.shape) + " x " + std::to_string(dtype_size(t.dtype)) +
+          " bytes of " + dtype_name(t.dtype) + ")");
     return t;
   }
 

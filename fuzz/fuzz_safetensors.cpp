@@ -1,0 +1,30 @@
+// libFuzzer target: treats the input as a whole safetensors file held in memory, parses
+// its header and reads every (bounded) tensor as float. Only retnet::Error may escape the
+// library; anything else (crash, sanitizer report, other exception) is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+#include "retnet/io/safetensors.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    const retnet::SafetensorsFile file = retnet::SafetensorsFile::parse("fuzz-input", data, size);
+    std::vector<float> buffer;
+    for (const retnet::TensorInfo& t : file.tensors()) {
+      // A validated entry lies inside the data area and spans exactly numel elements;
+      // a violation would be a reader bug, so make it a crash the fuzzer reports.
+      if (t.end > file.data_size() || t.begin > t.end ||
+          t.nbytes() != static_cast<uint64_t>(t.numel()) * retnet::dtype_size(t.dtype))
+        std::abort();
+      if (t.numel() > (int64_t{1} << 20)) continue;  // keep each run small and fast
+      buffer.assign(static_cast<size_t>(t.numel()), 0.0f);
+      file.read(t, buffer.data());
+    }
+  } catch (const retnet::Error&) {
+    // Rejected input: the expected outcome for most fuzz cases.
+  }
+  return 0;
+}

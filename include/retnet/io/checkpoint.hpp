@@ -1,0 +1,206 @@
+// Access to the weights of a model folder (RETNET.md, "Checkpoint layout"): a single
+// `model.safetensors` or the shards listed by `model.safetensors.index.json`.
+//
+// Callers use logical tensor names (without the torchscale / fairseq / HF prefix); the
+// reader resolves them, checks shapes, and remembers what was read so that a checkpoint
+// carrying tensors the model does not use is reported instead of silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+#include "retnet/io/safetensors.hpp"
+
+namespace retnet {
+
+class CheckpointReader {
+ public:
+  /// Opens the checkpoint in `dir` and validates every shard header; reads no weights.
+  explicit CheckpointReader(const std::string& dir) : dir_(dir) {
+    namespace fs = std::filesystem;
+    const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+    const fs::path single = fs::path(dir) / "model.safetensors";
+    std::error_code ec;
+    if (fs::exists(index, ec)) {
+      open_sharded(index.string());
+    } else {
+      if (!fs::exists(single, ec))
+        throw FormatError(single.string() + ": missing (expected model.safetensors or " +
+                          "model.safetensors.index.json in " + dir + ")");
+      add_shard(SafetensorsFile(single.string()));
+    }
+    detect_prefix();
+  }
+
+  const std::string& dir() const { return dir_; }
+  /// The detected tensor name prefix: "" (torchscale), "decoder." (fairseq) or "model." (HF).
+  std::string prefix() const { return prefix_; }
+  /// Total size of all tensor data in bytes, over every shard.
+  uint64_t total_bytes() const {
+    uint64_t total = 0;
+    for (const SafetensorsFile& f : shards_)
+      for (const TensorInfo& t : f.tensors()) total += t.nbytes();
+    return total;
+  }
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
+
+  /// Whether the logical tensor exists. "output_projection.weight" also matches
+  /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`.
+  bool has(const std::string& logical_name) const { return locate(logical_name) != nullptr; }
+
+  /// The header entry of a logical tensor; throws FormatError "DIR: missing tensor NAME".
+  const TensorInfo& info(const std::string& logical_name) const {
+    return entry(require_location(logical_name));
+  }
+
+  /// Reads a logical tensor, converted to Scalar, after checking its shape; throws
+  /// FormatError "FILE: tensor NAME has shape [..], expected [..]" on a mismatch.
+  template <typename Scalar>
+  void read(const std::string& logical_name, const std::vector<int64_t>& expected_shape,
+            Scalar* dst) {
+    const Location& loc = require_location(logical_name);
+    const SafetensorsFile& file = shards_[loc.shard];
+    const TensorInfo& t = entry(loc);
+    if (t.shape != expected_shape)
+      throw FormatError(file.path() + ": tensor " + t.name + " has shape " +
+                        detail::shape_string(t.shape) + ", expected " +
+                        detail::shape_string(expected_shape));
+    file.read(t, dst);
+    consumed_.insert(t.name);
+  }
+
+  /// Throws FormatError naming the first tensor (by name) that was never read, so that
+  /// a checkpoint for a different architecture is not half-loaded silently. The
+  /// `retnet_rel_pos.*` buffers are derived data and are ignored.
+  void check_all_consumed() const {
+    for (const auto& [name, loc] : names_) {
+      if (consumed_.count(name) || name.find("retnet_rel_pos.") != std::string::npos) continue;
+      throw FormatError(shards_[loc.shard].path() + ": unexpected tensor " + name +
+                        " (not used by the model for this config)");
+    }
+  }
+
+ private:
+  struct Location {
+    size_t shard;
+    size_t index;  // into shards_[shard].tensors()
+  };
+
+  const TensorInfo& entry(const Location& loc) const {
+    return shards_[loc.shard].tensors()[loc.index];
+  }
+
+  const Location* find_physical(const std::string& name) const {
+    auto it = names_.find(name);
+    return it == names_.end() ? nullptr : &it->second;
+  }
+
+  const Location* locate(const std::string& logical_name) const {
+    if (const Location* loc = find_physical(prefix_ + logical_name)) return loc;
+    if (logical_name == "output_projection.weight") {
+      for (const char* alt : {"output_projection.weight", "lm_head.weight"})
+        if (const Location* loc = find_physical(alt)) return loc;
+    }
+    return nullptr;
+  }
+
+  const Location& require_location(const std::string& logical_name) const {
+    const Location* loc = locate(logical_name);
+    if (!loc) throw FormatError(dir_ + ": missing tensor " + prefix_ + logical_name);
+    return *loc;
+  }
+
+  void add_shard(SafetensorsFile file) {
+    const size_t shard = shards_.size();
+    for (size_t i = 0; i < file.tensors().size(); ++i) {
+      const std::string& name = file.tensors()[i].name;
+      auto [it, inserted] = names_.emplace(name, Location{shard, i});
+      if (!inserted)
+        throw FormatError(file.path() + ": tensor " + name + " also appears in " +
+                          shards_[it->second.shard].path() + ": expected each tensor in one shard");
+    }
+    shards_.push_back(std::move(file));
+  }
+
+  void open_sharded(const std::string& index_path) {
+    namespace fs = std::filesystem;
+    std::ifstream in(index_path);
+    if (!in) throw FormatError(index_path + ": cannot open");
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(index_path + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!index.is_object())
+      throw FormatError(index_path + ": expected a JSON object, found " +
+                        std::string(index.type_name()));
+    if (!index.contains("weight_map")) throw FormatError(index_path + ": missing \"weight_map\"");
+    const nlohmann::json& map = index["weight_map"];
+    if (!map.is_object() || map.empty())
+      throw FormatError(index_path + ": \"weight_map\" must be a non-empty object of " +
+                        "tensor name -> shard file, found " + map.dump());
+    std::map<std::string, std::string> weight_map;
+    std::set<std::string> shard_names;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it.value().is_string())
+        throw FormatError(index_path + ": weight_map entry for tensor " + it.key() +
+                          " must be a shard file name, found " + it.value().dump());
+      const std::string shard = it.value().get<std::string>();
+      // Shards live next to the index; a path would let a checkpoint read arbitrary files.
+      if (shard.empty() || shard == "." || shard == ".." ||
+          shard.find_first_of("/\\") != std::string::npos)
+        throw FormatError(index_path + ": weight_map entry for tensor " + it.key() +
+                          " names shard \"" + shard + "\", expected a plain file name");
+      weight_map[it.key()] = shard;
+      shard_names.insert(shard);
+    }
+    std::map<std::string, size_t> shard_index;
+    for (const std::string& shard : shard_names) {
+      const fs::path p = fs::path(dir_) / shard;
+      std::error_code ec;
+      if (!fs::is_regular_file(p, ec))
+        throw FormatError(index_path + ": shard " + shard + " is missing (expected " + p.string() +
+                          ")");
+      shard_index[shard] = shards_.size();
+      add_shard(SafetensorsFile(p.string()));
+    }
+    // The index must agree with the shards it names.
+    for (const auto& [name, shard] : weight_map) {
+      const Location* loc = find_physical(name);
+      if (!loc || loc->shard != shard_index[shard])
+        throw FormatError(index_path + ": weight_map puts tensor " + name + " in " + shard +
+                          ", but " + (fs::path(dir_) / shard).string() + " has no such tensor");
+    }
+  }
+
+  void detect_prefix() {
+    std::vector<std::string> found;
+    for (const char* p : {"", "decoder.", "model."})
+      if (find_physical(std::string(p) + "embed_tokens.weight")) found.push_back(p);
+    if (found.empty())
+      throw FormatError(dir_ + ": missing tensor embed_tokens.weight (looked for " +
+                        "embed_tokens.weight, decoder.embed_tokens.weight and " +
+                        "model.embed_tokens.weight)");
+    if (found.size() > 1)
+      throw FormatError(dir_ + ": ambiguous tensor prefix: both " + found[0] +
+                        "embed_tokens.weight and " + found[1] +
+                        "embed_tokens.weight exist, expected exactly one");
+    prefix_ = found[0];
+  }
+
+  std::string dir_;
+  std::string prefix_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, Location> names_;  // physical name -> where it is stored
+  std::set<std::string> consumed_;         // physical names read so far
+};
+
+}  // namespace retnet

@@ -1,0 +1,264 @@
+// Text generation: the prompt goes through the chunkwise form (bounded memory, matrix
+// products), its state is handed to the recurrent form, and tokens are then decoded one at a
+// time in O(1) time and memory each.
+//
+// A generation is (model state, pending token): the state has read everything before the
+// pending token, which is the last prompt token at first, then each sampled token. That pair,
+// with the recent tokens for the repetition penalty, is all that is saved to resume later.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <istream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "retnet/model/retnet_model.hpp"
+#include "retnet/text/sampler.hpp"
+#include "retnet/text/tokenizer.hpp"
+
+namespace retnet {
+
+struct GenerationParams {
+  int64_t max_new_tokens = 128;
+  SamplerParams sampler;
+  Form prompt_form = Form::kChunkwise;
+  Index chunk_size = 0;                   // <= 0: the config's recurrent_chunk_size
+  std::vector<std::string> stop_strings;  // generation stops before any of these
+  std::optional<int32_t> end_token;       // stops (without emitting it) on this token
+};
+
+enum class StopReason { kTokenBudget, kEndToken, kStopString };
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated tokens (without the prompt)
+  std::string text;             // their text, cut before a stop string
+  StopReason reason = StopReason::kTokenBudget;
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0, decode_seconds = 0;
+};
+
+/// Where a generation stands: enough to continue it later, in this process or another.
+template <typename Scalar>
+struct GenerationState {
+  ModelState<Scalar> model;     // has read every token before `pending`
+  int32_t pending = 0;          // the next token to read
+  std::vector<int32_t> recent;  // tokens so far, for the repetition penalty
+
+  void save(std::ostream& out) const {
+    model.save(out);
+    const uint64_t n = recent.size();
+    out.write(reinterpret_cast<const char*>(&pending), sizeof pending);
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out.write(reinterpret_cast<const char*>(recent.data()), std::streamsize(n * sizeof(int32_t)));
+    if (!out) throw Error("GenerationState::save: write failed");
+  }
+  static GenerationState load(std::istream& in, const RetNetModel<Scalar>& model,
+                              const std::string& source = "state") {
+    GenerationState g;
+    g.model = ModelState<Scalar>::load(in, model.new_state(1), source);
+    require_format(g.model.batch() == 1, source + ": a generation state holds one sequence");
+    uint64_t n = 0;
+    in.read(reinterpret_cast<char*>(&g.pending), sizeof g.pending);
+    in.read(reinterpret_cast<char*>(&n), sizeof n);
+    require_format(bool(in) && n <= (uint64_t(1) << 24), source + ": truncated generation state");
+    g.recent.resize(n);
+    in.read(reinterpret_cast<char*>(g.recent.data()), std::streamsize(n * sizeof(int32_t)));
+    require_format(bool(in), source + ": truncated generation state");
+    const auto vocab = model.config().vocab_size;
+    require_format(g.pending >= 0 && g.pending < vocab, source + ": pending token out of range");
+    for (int32_t t : g.recent) require_format(t >= 0 && t < vocab, source + ": token out of range");
+    return g;
+  }
+
+ private:
+  static void require_format(bool ok, const std::string& message) {
+    if (!ok) throw FormatError(message);
+  }
+};
+
+/// Called with (sequence index, token, text piece) as text becomes final.
+using TokenCallback = std::function<void(Index, int32_t, const std::string&)>;
+
+template <typename Scalar>
+class Generator {
+ public:
+  Generator(RetNetModel<Scalar>& model, const Tokenizer& tokenizer)
+      : model_(model), tokenizer_(tokenizer) {}
+
+  /// Reads all but the last prompt token (chunkwise by default) and returns the state that
+  /// decoding starts from.
+  GenerationState<Scalar> prefill(const std::vector<int32_t>& prompt,
+                                  const GenerationParams& params) {
+    require(!prompt.empty(), "generate: the prompt must have at least one token");
+    GenerationState<Scalar> g;
+    g.model = model_.new_state(1);
+    const Index n = static_cast<Index>(prompt.size()) - 1;
+    const TokenMatrix head = Eigen::Map<const TokenMatrix>(prompt.data(), 1, n);
+    if (n > 0)
+      model_.forward_segments(
+          head, params.prompt_form, params.chunk_size, g.model,
+          [](Index, Index, const Matrix<Scalar>&) {}, LogitsMode::kNone);
+    g.pending = prompt.back();
+    g.recent = prompt;
+    return g;
+  }
+
+  /// Appends `tokens` to a generation (e.g. one loaded from a file): the pending token and all
+  /// but the last new token are read in the prompt form; the last one becomes pending.
+  void extend(GenerationState<Scalar>& g, const std::vector<int32_t>& tokens,
+              const GenerationParams& params) {
+    if (tokens.empty()) return;
+    std::vector<int32_t> ids{g.pending};
+    ids.insert(ids.end(), tokens.begin(), tokens.end() - 1);
+    const TokenMatrix m = Eigen::Map<const TokenMatrix>(ids.data(), 1, Index(ids.size()));
+    const Form form = params.prompt_form == Form::kParallel ? Form::kChunkwise : params.prompt_form;
+    model_.forward_segments(
+        m, form, params.chunk_size, g.model, [](Index, Index, const Matrix<Scalar>&) {},
+        LogitsMode::kNone);
+    g.pending = tokens.back();
+    g.recent.insert(g.recent.end(), tokens.begin(), tokens.end());
+  }
+
+  /// Generates from one prompt.
+  GenerationResult generate(const std::string& prompt, const GenerationParams& params,
+                            const TokenCallback& on_token = {}) {
+    return std::move(generate_batch({prompt}, params, on_token).front());
+  }
+
+  /// Generates from several prompts of any lengths: each prompt is prefilled on its own, then
+  /// all are decoded together, one batched step per token.
+  std::vector<GenerationResult> generate_batch(const std::vector<std::string>& prompts,
+                                               const GenerationParams& params,
+                                               const TokenCallback& on_token = {}) {
+    require(!prompts.empty(), "generate: no prompts given");
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<GenerationState<Scalar>> states;
+    std::vector<int64_t> prompt_tokens;
+    for (const auto& p : prompts) {
+      const auto ids = tokenizer_.encode(p);
+      prompt_tokens.push_back(static_cast<int64_t>(ids.size()));
+      states.push_back(prefill(ids, params));
+    }
+    const double prompt_seconds = seconds_since(t0);
+    auto results = decode(states, params, on_token);
+    for (size_t b = 0; b < results.size(); ++b) {
+      results[b].prompt_tokens = prompt_tokens[b];
+      results[b].prompt_seconds = prompt_seconds;
+    }
+    return results;
+  }
+
+  /// Decodes from prepared states (e.g. loaded from a file), one batched step per token.
+  std::vector<GenerationResult> decode(std::vector<GenerationState<Scalar>>& states,
+                                       const GenerationParams& params,
+                                       const TokenCallback& on_token = {}) {
+    params.sampler.validate();
+    const Index batch = static_cast<Index>(states.size());
+    std::vector<ModelState<Scalar>> parts;
+    for (auto& s : states) parts.push_back(s.model);
+    ModelState<Scalar> state = ModelState<Scalar>::concatenate(parts);
+    std::vector<Sampler> samplers;
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    std::vector<Stream> streams(static_cast<size_t>(batch));
+    std::vector<GenerationResult> results(static_cast<size_t>(batch));
+    for (Index b = 0; b < batch; ++b) {
+      SamplerParams sp = params.sampler;
+      sp.seed += static_cast<uint64_t>(b);  // independent streams, reproducible per sequence
+      samplers.emplace_back(sp);
+      next[b] = states[b].pending;
+    }
+    Matrix<Scalar> logits;
+    std::vector<float> row(static_cast<size_t>(model_.config().vocab_size));
+    const auto t0 = std::chrono::steady_clock::now();
+    Index running = batch;
+    for (int64_t produced = 0; produced < params.max_new_tokens && running > 0; ++produced) {
+      model_.step(next, state, logits);
+      for (Index b = 0; b < batch; ++b) {
+        if (streams[b].done) continue;
+        for (Index i = 0; i < logits.cols(); ++i) row[i] = static_cast<float>(logits(b, i));
+        const int32_t token =
+            samplers[b].sample(row.data(), static_cast<int64_t>(row.size()), states[b].recent);
+        states[b].recent.push_back(token);
+        next[b] = token;
+        if (params.end_token && token == *params.end_token) {
+          finish(b, streams[b], results[b], StopReason::kEndToken, on_token), --running;
+          continue;
+        }
+        results[b].tokens.push_back(token);
+        streams[b].text += tokenizer_.decode_token(token);
+        if (emit(b, token, streams[b], params.stop_strings, on_token)) {
+          finish(b, streams[b], results[b], StopReason::kStopString, on_token), --running;
+        } else if (produced + 1 == params.max_new_tokens) {
+          finish(b, streams[b], results[b], StopReason::kTokenBudget, on_token);
+        }
+      }
+    }
+    const double decode_seconds = seconds_since(t0);
+    for (Index b = 0; b < batch; ++b) {
+      if (!streams[b].done) finish(b, streams[b], results[b], StopReason::kTokenBudget, on_token);
+      results[b].decode_seconds = decode_seconds;
+      states[b].model = state.select(b);
+      states[b].pending = next[b];
+    }
+    return results;
+  }
+
+ private:
+  struct Stream {
+    std::string text;    // decoded so far (may end in a partial stop string)
+    size_t emitted = 0;  // bytes of `text` handed to the callback
+    bool done = false;
+    int32_t last_token = 0;
+  };
+
+  /// Emits the part of the text that can no longer become a stop string; returns true when a
+  /// stop string has appeared (the text is then cut before it).
+  static bool emit(Index b, int32_t token, Stream& s, const std::vector<std::string>& stops,
+                   const TokenCallback& on_token) {
+    s.last_token = token;
+    size_t cut = std::string::npos;
+    for (const auto& stop : stops) {
+      if (stop.empty()) continue;
+      const size_t at = s.text.find(stop, s.emitted > stop.size() ? s.emitted - stop.size() : 0);
+      if (at != std::string::npos && at < cut) cut = at;
+    }
+    if (cut != std::string::npos) {
+      s.text.resize(cut);
+      return true;
+    }
+    size_t hold = 0;  // longest suffix of the text that starts some stop string
+    for (const auto& stop : stops)
+      for (size_t k = std::min(stop.size() - (stop.empty() ? 0 : 1), s.text.size()); k > hold; --k)
+        if (s.text.compare(s.text.size() - k, k, stop, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+    const size_t ready = s.text.size() - hold;
+    if (ready > s.emitted && on_token)
+      on_token(b, token, s.text.substr(s.emitted, ready - s.emitted));
+    s.emitted = std::max(s.emitted, ready);
+    return false;
+  }
+
+  static void finish(Index b, Stream& s, GenerationResult& r, StopReason reason,
+                     const TokenCallback& on_token) {
+    if (s.done) return;
+    s.done = true;
+    if (s.text.size() > s.emitted && on_token) on_token(b, s.last_token, s.text.substr(s.emitted));
+    s.emitted = s.text.size();
+    r.text = s.text;
+    r.reason = reason;
+  }
+
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  RetNetModel<Scalar>& model_;
+  const Tokenizer& tokenizer_;
+};
+
+}  // namespace retnet

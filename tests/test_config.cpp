@@ -1,0 +1,221 @@
+// Tests of ModelConfig::load: the fixture config, defaults, and one test per bad config,
+// each expecting a FormatError that names the offending key.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+#include "retnet/model/config.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using retnet::FormatError;
+using retnet::ModelConfig;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("retnet_config_" + std::to_string(rd()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+json good_config() {
+  return {{"vocab_size", 97},
+          {"decoder_embed_dim", 64},
+          {"decoder_value_embed_dim", 128},
+          {"decoder_retention_heads", 4},
+          {"decoder_ffn_embed_dim", 96},
+          {"decoder_layers", 2}};
+}
+
+// Writes `text` as config.json and returns its path.
+std::string write_config(const TempDir& dir, const std::string& text) {
+  const std::string path = dir.file("config.json");
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Expects ModelConfig::load to throw FormatError whose message has every snippet.
+void expect_bad(const json& config, const std::vector<std::string>& snippets) {
+  TempDir dir;
+  const std::string path = write_config(dir, config.dump());
+  try {
+    ModelConfig::load(path);
+    ADD_FAILURE() << "no FormatError for " << config.dump();
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    for (const std::string& s : snippets) EXPECT_NE(m.find(s), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+
+TEST(Config, LoadsFixture) {
+  const ModelConfig c =
+      ModelConfig::load(std::string(RETNET_TEST_DATA_DIR) + "/torchscale-tiny/config.json");
+  EXPECT_EQ(c.vocab_size, 97);
+  EXPECT_EQ(c.embed_dim, 64);
+  EXPECT_EQ(c.value_embed_dim, 128);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.ffn_dim, 96);
+  EXPECT_EQ(c.layers, 2);
+  EXPECT_EQ(c.activation, retnet::Activation::kSwish);
+  EXPECT_EQ(c.chunk_size, 4);
+  EXPECT_DOUBLE_EQ(c.eps, 1e-6);
+  EXPECT_FALSE(c.scale_embedding);
+  EXPECT_FALSE(c.layernorm_embedding);
+  EXPECT_EQ(c.key_head_dim(), 16);
+  EXPECT_EQ(c.value_head_dim(), 32);
+}
+
+TEST(Config, DefaultsFollowTorchscale) {
+  TempDir dir;
+  const ModelConfig c = ModelConfig::load(write_config(dir, good_config().dump()));
+  EXPECT_EQ(c.activation, retnet::Activation::kGelu);
+  EXPECT_EQ(c.norm, retnet::NormKind::kRMSNorm);
+  EXPECT_DOUBLE_EQ(c.eps, 1e-6);
+  EXPECT_FALSE(c.scale_embedding);
+  EXPECT_FALSE(c.layernorm_embedding);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_TRUE(c.use_glu);
+  EXPECT_FALSE(c.subln);
+}
+
+TEST(Config, OptionalKeys) {
+  json j = good_config();
+  j["tie_word_embeddings"] = true;
+  j["no_scale_embedding"] = false;
+  j["norm_type"] = "layernorm";
+  j["activation_fn"] = "silu";
+  TempDir dir;
+  const ModelConfig c = ModelConfig::load(write_config(dir, j.dump()));
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_TRUE(c.scale_embedding);
+  EXPECT_EQ(c.norm, retnet::NormKind::kLayerNorm);
+  EXPECT_EQ(c.activation, retnet::Activation::kSwish);
+  // to_json writes a config that loads back to the same values.
+  const ModelConfig back = ModelConfig::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+}
+
+TEST(ConfigBad, MissingRequiredKey) {
+  for (const char* key : {"vocab_size", "decoder_embed_dim", "decoder_value_embed_dim",
+                          "decoder_retention_heads", "decoder_ffn_embed_dim", "decoder_layers"}) {
+    SCOPED_TRACE(key);
+    json j = good_config();
+    j.erase(key);
+    expect_bad(j, {"missing required key", std::string("\"") + key + "\""});
+  }
+}
+
+TEST(ConfigBad, EmbedDimNotDivisibleByHeads) {
+  json j = good_config();
+  j["decoder_embed_dim"] = 66;
+  expect_bad(j, {"decoder_embed_dim 66", "not divisible by decoder_retention_heads 4"});
+}
+
+TEST(ConfigBad, ValueDimNotDivisibleByHeads) {
+  json j = good_config();
+  j["decoder_value_embed_dim"] = 130;
+  expect_bad(j, {"decoder_value_embed_dim 130", "not divisible by decoder_retention_heads 4"});
+}
+
+TEST(ConfigBad, OddKeyHeadSize) {
+  json j = good_config();
+  j["decoder_embed_dim"] = 12;  // 12 / 4 heads = 3
+  expect_bad(j, {"decoder_embed_dim", "= 3", "must be even"});
+}
+
+TEST(ConfigBad, ZeroSizes) {
+  for (const char* key :
+       {"vocab_size", "decoder_embed_dim", "decoder_value_embed_dim", "decoder_retention_heads",
+        "decoder_ffn_embed_dim", "decoder_layers", "recurrent_chunk_size"}) {
+    SCOPED_TRACE(key);
+    json j = good_config();
+    j[key] = 0;
+    expect_bad(j, {std::string(key) + " must be > 0", "found 0"});
+  }
+}
+
+TEST(ConfigBad, NegativeSize) {
+  json j = good_config();
+  j["decoder_layers"] = -2;
+  expect_bad(j, {"decoder_layers must be > 0", "found -2"});
+}
+
+TEST(ConfigBad, SizeNotAnInteger) {
+  json j = good_config();
+  j["decoder_ffn_embed_dim"] = "96";
+  expect_bad(j, {"\"decoder_ffn_embed_dim\" must be an integer"});
+}
+
+TEST(ConfigBad, BadActivation) {
+  json j = good_config();
+  j["activation_fn"] = "relu";
+  expect_bad(j, {"activation_fn", "\"relu\"", "gelu or swish"});
+}
+
+TEST(ConfigBad, BadNormType) {
+  json j = good_config();
+  j["norm_type"] = "batchnorm";
+  expect_bad(j, {"norm_type", "\"batchnorm\""});
+}
+
+TEST(ConfigBad, BadEps) {
+  json j = good_config();
+  j["layernorm_eps"] = 0.0;
+  expect_bad(j, {"layernorm_eps", "> 0"});
+}
+
+TEST(ConfigBad, FlagNotABoolean) {
+  json j = good_config();
+  j["use_glu"] = "yes";
+  expect_bad(j, {"\"use_glu\" must be a boolean"});
+}
+
+TEST(ConfigBad, NotJson) {
+  TempDir dir;
+  const std::string path = write_config(dir, "{\"vocab_size\": 97,");
+  try {
+    ModelConfig::load(path);
+    FAIL() << "no FormatError";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+  }
+}
+
+TEST(ConfigBad, NotAnObject) {
+  expect_bad(json::array({1, 2}), {"config.json", "expected a JSON object"});
+}
+
+TEST(ConfigBad, MissingFile) {
+  TempDir dir;
+  const std::string path = dir.file("config.json");
+  try {
+    ModelConfig::load(path);
+    FAIL() << "no FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
