@@ -79,7 +79,7 @@ TEST_P(ReferenceFixture, EveryFormMatchesTheNumPyReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, ReferenceFixture,
-                         ::testing::Values("hf-f16-tied", "fairseq-bf16"));
+                         ::testing::Values("hf-f16-tied", "fairseq-bf16", "tiny-bytes"));
 
 // --- random models of every kind: the three forms agree ---
 

@@ -417,7 +417,10 @@ Run `retnet COMMAND --help` for the options of each.
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return std::fputs(kHelp, stderr), 2;
+  if (argc < 2) {
+    std::fputs("retnet: missing command (generate, score, bench); see retnet --help\n", stderr);
+    return 2;
+  }
   const std::string command = argv[1];
   try {
     if (command == "generate") return generate(argc - 2, argv + 2);

@@ -75,3 +75,6 @@ make("hf-f16-tied", dict(base, activation_fn="gelu", no_scale_embedding=False, l
 make("fairseq-bf16", dict(base, activation_fn="swish", decoder_retention_heads=4,
                           decoder_value_embed_dim=64), "decoder.", "BF16",
      "decoder.output_projection.weight", 4.0, 2)
+# Byte-level (vocab 256) for the command-line tests.
+make("tiny-bytes", dict(base, vocab_size=256, activation_fn="swish", recurrent_chunk_size=8,
+                        tie_word_embeddings=False), "model.", "F32", "lm_head.weight", 1.0, 3)

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets everything up on a fresh Debian/Ubuntu machine, builds, and generates text with the
+# demo model (a byte-level RetNet trained on Tiny Shakespeare, models/shakespeare).
+source "$(dirname "$0")/common.sh"
+install_dependencies
+build build -DRETNET_BUILD_TESTS=OFF -DRETNET_BUILD_BENCHMARKS=OFF
+./build/tools/retnet generate -m models/shakespeare -p "ROMEO:" -n 300 --temp 0.8 --seed 1 "$@"

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The `retnet` command line on good and bad input. Usage: cli_test.sh RETNET_BINARY DATA_DIR
+# Every bad input must exit non-zero with exactly one line on stderr and no crash.
+set -u
+retnet=$1
+data=$2
+model=$data/tiny-bytes
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+expect_ok() {  # name, command...
+  local name=$1; shift
+  if "$@" >"$work/out" 2>"$work/err"; then ok; else fail "$name (exit $?): $(cat "$work/err")"; fi
+}
+expect_error() {  # name, expected text in the message, command...
+  local name=$1 text=$2; shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local rc=$? lines
+  lines=$(wc -l <"$work/err")
+  if [ $rc -eq 0 ]; then fail "$name: exit 0"; return; fi
+  if [ $rc -ge 128 ]; then fail "$name: crashed with exit $rc"; return; fi
+  if [ "$lines" -ne 1 ]; then fail "$name: $lines lines on stderr: $(cat "$work/err")"; return; fi
+  if ! grep -qF -- "$text" "$work/err"; then fail "$name: message lacks '$text': $(cat "$work/err")"; return; fi
+  ok
+}
+contains() {  # name, file, text
+  if grep -qF -- "$3" "$2"; then ok; else fail "$1: '$3' not in $(head -c 300 "$2")"; fi
+}
+
+# --- help
+expect_ok "help" "$retnet" --help
+for c in generate score bench; do
+  expect_ok "$c --help" "$retnet" $c --help
+  contains "$c --help text" "$work/out" "usage: retnet $c"
+done
+
+# --- generate
+expect_ok "generate" "$retnet" generate -m "$model" -p "ROMEO:" -n 12 --temp 0 --threads 1
+contains "generate echoes the prompt" "$work/out" "ROMEO:"
+contains "generate reports speed" "$work/err" "tokens/s"
+"$retnet" generate -m "$model" -p "Hi" -n 20 --temp 0.9 --seed 3 >"$work/a" 2>/dev/null
+"$retnet" generate -m "$model" -p "Hi" -n 20 --temp 0.9 --seed 3 >"$work/b" 2>/dev/null
+if cmp -s "$work/a" "$work/b"; then ok; else fail "same seed gave different text"; fi
+# save after the prompt, resume from the file: same text as one uninterrupted run
+"$retnet" generate -m "$model" -p "KING:" -n 16 --temp 0 >"$work/full" 2>/dev/null
+"$retnet" generate -m "$model" -p "KING:" -n 0 --temp 0 --save-state "$work/s.bin" >/dev/null 2>&1
+"$retnet" generate -m "$model" -n 16 --temp 0 --load-state "$work/s.bin" >"$work/resumed" 2>/dev/null
+if [ "$(cat "$work/full")" = "KING:$(cat "$work/resumed")" ]; then ok; else
+  fail "resumed text differs: '$(cat "$work/full")' vs 'KING:$(cat "$work/resumed")'"; fi
+
+# --- score
+expect_ok "score --json" "$retnet" score -m "$model" --text "To be, or not to be" --json
+contains "score json tokens" "$work/out" '"tokens":19'
+contains "score json nats" "$work/out" '"nats_per_token"'
+contains "score json perplexity" "$work/out" '"perplexity"'
+for mode in parallel chunkwise recurrent; do
+  "$retnet" score -m "$model" --tokens 5,17,3,200,9,31,4,4,4,100 --mode $mode --chunk-size 3 --json \
+    | sed 's/.*"nats_per_token":\([0-9.]*\).*/\1/' | cut -c1-7 >"$work/nats_$mode"
+done
+if cmp -s "$work/nats_parallel" "$work/nats_chunkwise" && cmp -s "$work/nats_parallel" "$work/nats_recurrent"; then ok; else
+  fail "modes disagree: $(cat "$work"/nats_*)"; fi
+yes "Now is the winter of our discontent made glorious summer." | head -c 5000 >"$work/text.txt"
+expect_ok "score --file with logits" "$retnet" score -m "$model" --file "$work/text.txt" --logits-out "$work/l.npy"
+size=$(stat -c %s "$work/l.npy")
+if [ "$size" -eq $((128 + 5000 * 256 * 4)) ]; then ok; else fail "logits file has $size bytes"; fi
+
+# --- bench
+expect_ok "bench --config" "$retnet" bench --config "$model/config.json" --prompt-len 16 --gen-len 4 --batch 2 --repeat 1 --json
+for key in prefill_tokens_per_s decode_tokens_per_s peak_rss_bytes state_bytes; do
+  contains "bench json $key" "$work/out" "\"$key\""
+done
+expect_ok "bench -m" "$retnet" bench -m "$model" --prompt-len 8 --gen-len 2 --mode parallel --repeat 1
+
+# --- bad input: one line, non-zero, no crash
+expect_error "no command" "missing command" "$retnet"
+expect_error "unknown command" "unknown command 'frobnicate'" "$retnet" frobnicate
+expect_error "unknown flag" "unknown argument '--bogus'" "$retnet" generate -m "$model" --bogus
+expect_error "missing value" "--temp needs a value" "$retnet" generate -m "$model" --temp
+expect_error "bad number" "--temp expects a number, got 'hot'" "$retnet" generate -m "$model" --temp hot
+expect_error "bad integer" "-n expects an integer" "$retnet" generate -m "$model" -n 1.5
+expect_error "negative threads" "--threads must be >= 1" "$retnet" generate -m "$model" --threads 0
+expect_error "bad top-p" "top_p" "$retnet" generate -m "$model" --top-p 1.5
+expect_error "no model" "-m MODEL_DIR is required" "$retnet" generate -p hi
+expect_error "missing model dir" "config.json" "$retnet" generate -m "$work/nowhere"
+expect_error "missing state file" "cannot open state file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
+echo "garbage" >"$work/bad.state"
+expect_error "corrupt state file" "bad magic" "$retnet" generate -m "$model" --load-state "$work/bad.state"
+mkdir -p "$work/broken"
+cp "$model/config.json" "$work/broken/"
+head -c 1000 "$model/model.safetensors" >"$work/broken/model.safetensors"
+expect_error "truncated weights" "model.safetensors" "$retnet" generate -m "$work/broken"
+echo "{not json" >"$work/broken/config.json"
+expect_error "malformed config" "not valid JSON" "$retnet" score -m "$work/broken" --text hi
+expect_error "score without input" "exactly one of --text" "$retnet" score -m "$model"
+expect_error "score bad mode" "--mode must be" "$retnet" score -m "$model" --text hi --mode sideways
+expect_error "score bad tokens" "--tokens expects" "$retnet" score -m "$model" --tokens 1,x,3
+expect_error "score token out of range" "token id 999" "$retnet" score -m "$model" --tokens 1,999
+expect_error "score missing file" "cannot open" "$retnet" score -m "$model" --file "$work/none.txt"
+expect_error "bench both sources" "exactly one of -m" "$retnet" bench -m "$model" --config "$model/config.json"
+expect_error "bench recurrent prompt" "--mode must be parallel, chunkwise" "$retnet" bench --config "$model/config.json" --mode recurrent
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
