@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "retnet/core/tensor.hpp"
+#include "retnet/core/threads.hpp"
 #include "retnet/model/config.hpp"
 
 namespace retnet {
@@ -13,7 +14,21 @@ namespace retnet {
 template <typename Scalar>
 void linear(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Matrix<Scalar>& y) {
   y.resize(x.rows(), weight.rows());
-  y.noalias() = x * weight.transpose();
+#ifdef _OPENMP
+  // Few rows (decoding): the product is bound by reading W, and Eigen runs matrix-vector
+  // products on one thread. Split W's rows across threads so that every core streams its part.
+  if (x.rows() <= 16 && weight.rows() >= 256 && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+    {
+      const Index n = weight.rows(), threads = omp_get_num_threads(), t = omp_get_thread_num();
+      const Index begin = n * t / threads, end = n * (t + 1) / threads;
+      y.middleCols(begin, end - begin).noalias() =
+          x * weight.middleRows(begin, end - begin).transpose();
+    }
+    return;
+  }
+#endif
+  y.noalias() = x * weight.transpose();  // Eigen threads the matrix-matrix product itself
 }
 
 template <typename Scalar>

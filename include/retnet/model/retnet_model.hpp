@@ -31,7 +31,6 @@ class RetNetModel {
     config_.validate();
     check_shapes();
     for (const auto& l : weights_->layers) layers_.emplace_back(config_, l);
-    scratch_.layers.resize(layers_.size());
   }
   RetNetModel(const RetNetModel& other) : RetNetModel(other.config_, other.weights_) {}
   RetNetModel& operator=(const RetNetModel&) = delete;
@@ -74,8 +73,8 @@ class RetNetModel {
           if (mode == LogitsMode::kAll) {
             for (Index b = 0; b < batch; ++b)
               logits.middleRows(b * time + start, len) = chunk_logits.middleRows(b * len, len);
-          } else if (mode == LogitsMode::kLast && start + len == time) {
-            for (Index b = 0; b < batch; ++b) logits.row(b) = chunk_logits.row(b * len + len - 1);
+          } else if (mode == LogitsMode::kLast) {
+            logits = chunk_logits;
           }
         },
         mode);
@@ -101,7 +100,8 @@ class RetNetModel {
   /// The engine under `forward`: reads `tokens` segment by segment (whole sequence for
   /// parallel, chunk_size for chunkwise, 1 for recurrent) and calls
   /// on_logits(start, len, logits [batch·len, vocab]) after each, so that a long sequence can
-  /// be scored in bounded memory. With kLast, only the final segment's logits are computed.
+  /// be scored in bounded memory. With kLast, only the last position's logits are computed and
+  /// passed as on_logits(time - 1, 1, [batch, vocab]); with kNone, on_logits is never called.
   template <typename OnLogits>
   void forward_segments(const TokenMatrix& tokens, Form form, Index chunk_size,
                         ModelState<Scalar>& state, OnLogits&& on_logits,
@@ -119,10 +119,12 @@ class RetNetModel {
     for (Index start = 0; start < time; start += segment) {
       const Index len = std::min(segment, time - start);
       run_segment(tokens.middleCols(start, len), form, state);
-      const bool last = start + len == time;
-      if (mode == LogitsMode::kAll || (mode == LogitsMode::kLast && last)) {
-        compute_logits();
+      if (mode == LogitsMode::kAll) {
+        compute_logits(batch, len, false);
         on_logits(start, len, scratch_.logits);
+      } else if (mode == LogitsMode::kLast && start + len == time) {
+        compute_logits(batch, len, true);  // [batch, vocab]: position time - 1 only
+        on_logits(time - 1, 1, scratch_.logits);
       }
     }
   }
@@ -131,12 +133,11 @@ class RetNetModel {
   RetNetModel(const ModelConfig& config, std::shared_ptr<const ModelWeights<Scalar>> weights)
       : config_(config), weights_(std::move(weights)) {
     for (const auto& l : weights_->layers) layers_.emplace_back(config_, l);
-    scratch_.layers.resize(layers_.size());
   }
 
   struct Scratch {
-    Matrix<Scalar> x, normed, logits;
-    std::vector<DecoderLayerScratch<Scalar>> layers;
+    Matrix<Scalar> x, normed, logits, last_rows;
+    DecoderLayerScratch<Scalar> layer;  // layers run one after another: one set of buffers
     SequenceLayout<Scalar> layout;
     TokenMatrix step_tokens;
   };
@@ -160,12 +161,19 @@ class RetNetModel {
     // The kernel's chunk is the whole segment: chunkwise segments are exactly one chunk.
     for (size_t l = 0; l < layers_.size(); ++l)
       layers_[l].forward(x, scratch_.layout, form, std::max<Index>(len, 1), state.layers[l],
-                         scratch_.layers[l]);
+                         scratch_.layer);
     for (auto& p : state.positions) p += len;
   }
 
-  void compute_logits() {
+  /// Logits of the segment in scratch: every row, or (last_only) the last row of each sequence.
+  void compute_logits(Index batch, Index len, bool last_only) {
     const auto& w = *weights_;
+    if (last_only && len > 1) {
+      scratch_.last_rows.resize(batch, config_.embed_dim);
+      for (Index b = 0; b < batch; ++b)
+        scratch_.last_rows.row(b) = scratch_.x.row(b * len + len - 1);
+      scratch_.x.swap(scratch_.last_rows);
+    }
     w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
     linear(scratch_.normed, w.output_projection(), scratch_.logits);
   }
