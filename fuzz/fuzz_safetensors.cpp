@@ -1,5 +1,6 @@
 // libFuzzer target: treats the input as a whole safetensors file held in memory, parses
-// its header and reads every (bounded) tensor as float. Only retnet::Error may escape the
+// its header and reads every (bounded) tensor as float, then loads it as the weights of a
+// tiny model (prefix detection, names, shapes, leftovers) through the model loader. Only retnet::Error may escape the
 // library; anything else (crash, sanitizer report, other exception) is a finding.
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/model/load.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -23,6 +25,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       buffer.assign(static_cast<size_t>(t.numel()), 0.0f);
       file.read(t, buffer.data());
     }
+    // The loader on the same bytes: a model with d 4, one head, one layer, vocab 8.
+    retnet::ModelConfig config;
+    config.vocab_size = 8, config.embed_dim = 4, config.value_embed_dim = 4, config.heads = 1;
+    config.ffn_dim = 4, config.layers = 1;
+    retnet::CheckpointReader reader("fuzz-input",
+                                    retnet::SafetensorsFile::parse("fuzz-input", data, size));
+    retnet::load_weights<float>(reader, config);
   } catch (const retnet::Error&) {
     // Rejected input: the expected outcome for most fuzz cases.
   }

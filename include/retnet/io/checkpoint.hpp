@@ -39,6 +39,12 @@ class CheckpointReader {
     detect_prefix();
   }
 
+  /// A checkpoint held in one already-parsed file (e.g. from memory); `label` names it in errors.
+  CheckpointReader(const std::string& label, SafetensorsFile file) : dir_(label) {
+    add_shard(std::move(file));
+    detect_prefix();
+  }
+
   const std::string& dir() const { return dir_; }
   /// The detected tensor name prefix: "" (torchscale), "decoder." (fairseq) or "model." (HF).
   std::string prefix() const { return prefix_; }

@@ -10,9 +10,9 @@
 
 namespace retnet {
 
+/// Reads every tensor `config` asks for from `reader`, then checks that nothing is left over.
 template <typename Scalar>
-ModelWeights<Scalar> load_weights(const std::string& dir, const ModelConfig& config) {
-  CheckpointReader reader(dir);
+ModelWeights<Scalar> load_weights(CheckpointReader& reader, const ModelConfig& config) {
   ModelWeights<Scalar> w;
   w.allocate(config);
   w.visit(config, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
@@ -26,6 +26,12 @@ ModelWeights<Scalar> load_weights(const std::string& dir, const ModelConfig& con
   }
   reader.check_all_consumed();
   return w;
+}
+
+template <typename Scalar>
+ModelWeights<Scalar> load_weights(const std::string& dir, const ModelConfig& config) {
+  CheckpointReader reader(dir);
+  return load_weights<Scalar>(reader, config);
 }
 
 /// Loads `dir/config.json` and the weights of `dir`. Throws FormatError naming the file and
