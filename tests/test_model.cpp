@@ -283,3 +283,14 @@ TEST(ModelArguments, RejectsBadTokensAndStates) {
   EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kParallel, 2, used, logits),
                InvalidArgument);
 }
+
+// One sequence with segments longer than 16 rows writes its logits straight into the output
+// (no copy); the recurrent form goes through the per-segment path. Both must agree.
+TEST(RandomModels, DirectLogitsPathAgreesWithTheSegmentPath) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<double> model(c, ModelWeights<double>::random(c, 12));
+  const auto tokens = random_tokens(1, 45, c.vocab_size, 6);
+  const auto recurrent = model.forward(tokens, Form::kRecurrent);
+  EXPECT_LE(relative_error(model.forward(tokens, Form::kParallel), recurrent), 1e-10);
+  EXPECT_LE(relative_error(model.forward(tokens, Form::kChunkwise, 20), recurrent), 1e-10);
+}

@@ -80,10 +80,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// This process's peak resident memory (VmHWM). getrusage's ru_maxrss is not used: Linux
+/// carries it over from the parent across exec, so a large launcher inflates it.
 int64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // kB
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+  return int64_t(usage.ru_maxrss) * 1024;
 }
 
 retnet::Form parse_form(const Flags& flags, const std::string& fallback, bool allow_recurrent) {
@@ -309,7 +315,7 @@ Times reading a prompt and decoding after it. With --config alone, weights are r
   --mode M           prompt form: parallel | chunkwise (default chunkwise)
   --chunk-size C     chunk size of the chunkwise form (default: config)
   --logits M         prompt logits: last | all (default last: time to first token)
-  --repeat R         runs; medians are reported (default 3)
+  --repeat R         timed runs after one warm-up run; medians are reported (default 3)
   --json             print one JSON object
 )";
 
@@ -354,9 +360,9 @@ int bench(int argc, char** argv) {
 
   std::vector<double> prefill_s, decode_s;
   size_t state_bytes = 0;
-  for (int run = 0; run < repeat; ++run) {
+  retnet::Matrix<float> logits;
+  for (int run = 0; run <= repeat; ++run) {  // run 0 warms up (page faults, caches): not counted
     auto state = model->new_state(batch);
-    retnet::Matrix<float> logits;
     auto t0 = std::chrono::steady_clock::now();
     model->forward(prompt, form, chunk, state, logits, logits_mode);
     prefill_s.push_back(seconds_since(t0));
@@ -373,11 +379,16 @@ int bench(int argc, char** argv) {
     }
     decode_s.push_back(seconds_since(t0));
     state_bytes = state.size_bytes();
+    if (run == 0) prefill_s.clear(), decode_s.clear();
   }
   const double prefill = median(prefill_s), decode = median(decode_s);
   const double prefill_tps = double(batch * prompt_len) / prefill;
   const double decode_tps = gen_len ? double(batch * gen_len) / decode : 0.0;
   const size_t weight_bytes = model->weights().size_bytes(config);
+  // What one decoding step streams: every weight except the embedding rows it does not touch
+  // (the table still counts once when it doubles as the output projection).
+  const size_t embed_bytes = size_t(config.vocab_size * config.embed_dim) * sizeof(float);
+  const size_t step_bytes = config.tie_embeddings ? weight_bytes : weight_bytes - embed_bytes;
   if (flags.has("--json")) {
     nlohmann::json j = {{"prompt_len", prompt_len},
                         {"gen_len", gen_len},
@@ -393,7 +404,10 @@ int bench(int argc, char** argv) {
                         {"decode_ms_per_step", gen_len ? 1000.0 * decode / double(gen_len) : 0.0},
                         {"peak_rss_bytes", peak_rss_bytes()},
                         {"state_bytes", state_bytes},
-                        {"weight_bytes", weight_bytes}};
+                        {"weight_bytes", weight_bytes},
+                        {"decode_step_weight_bytes", step_bytes},
+                        {"prefill_seconds_all", prefill_s},
+                        {"decode_seconds_all", decode_s}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("prefill: %ld x %ld tokens (%s) in %.3f s = %.1f tokens/s\n", long(batch),

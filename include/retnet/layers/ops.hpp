@@ -2,6 +2,7 @@
 // matrices, one row per (batch entry, position).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "retnet/core/tensor.hpp"
@@ -14,21 +15,31 @@ namespace retnet {
 template <typename Scalar>
 void linear(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Matrix<Scalar>& y) {
   y.resize(x.rows(), weight.rows());
+  if (x.rows() > 16) {
+    y.noalias() = x * weight.transpose();  // Eigen (or the BLAS behind it) threads the GEMM
+    return;
+  }
+  // Few rows (decoding): the product is bound by reading W once. Each thread streams its own
+  // slice of W's rows; within it, blocks of 8 rows of W meet all of x as dot products (a lazy,
+  // coefficient-wise product: no packing of W, which a GEMM would copy every step).
+  const auto slice = [&](Index begin, Index end) {
+    constexpr Index kBlock = 8;
+    for (Index j = begin; j < end; j += kBlock) {
+      const Index n = std::min(kBlock, end - j);
+      y.middleCols(j, n).noalias() = x.lazyProduct(weight.middleRows(j, n).transpose());
+    }
+  };
 #ifdef _OPENMP
-  // Few rows (decoding): the product is bound by reading W, and Eigen runs matrix-vector
-  // products on one thread. Split W's rows across threads so that every core streams its part.
-  if (x.rows() <= 16 && weight.rows() >= 256 && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+  if (omp_get_max_threads() > 1 && weight.rows() >= 256 && !omp_in_parallel()) {
 #pragma omp parallel
     {
       const Index n = weight.rows(), threads = omp_get_num_threads(), t = omp_get_thread_num();
-      const Index begin = n * t / threads, end = n * (t + 1) / threads;
-      y.middleCols(begin, end - begin).noalias() =
-          x * weight.middleRows(begin, end - begin).transpose();
+      slice(n * t / threads, n * (t + 1) / threads);
     }
     return;
   }
 #endif
-  y.noalias() = x * weight.transpose();  // Eigen threads the matrix-matrix product itself
+  slice(0, weight.rows());
 }
 
 template <typename Scalar>

@@ -67,7 +67,7 @@ class RetNetModel {
         require(p == 0, "forward: the parallel form starts from a fresh state (position " +
                             std::to_string(p) + " given); use chunkwise or recurrent to continue");
     }
-    forward_segments(
+    run_segments(
         tokens, form, chunk_size, state,
         [&](Index start, Index len, const Matrix<Scalar>& chunk_logits) {
           if (mode == LogitsMode::kAll) {
@@ -77,7 +77,7 @@ class RetNetModel {
             logits = chunk_logits;
           }
         },
-        mode);
+        mode, &logits);
   }
 
   /// Convenience: a fresh state, all logits.
@@ -106,6 +106,17 @@ class RetNetModel {
   void forward_segments(const TokenMatrix& tokens, Form form, Index chunk_size,
                         ModelState<Scalar>& state, OnLogits&& on_logits,
                         LogitsMode mode = LogitsMode::kAll) {
+    run_segments(tokens, form, chunk_size, state, on_logits, mode, nullptr);
+  }
+
+ private:
+  /// forward_segments, except that with `all_logits` (batch 1, kAll) each segment's logits are
+  /// written straight into their rows of *all_logits instead of going through on_logits: a long
+  /// sequence's [T, vocab] logits are then never copied.
+  template <typename OnLogits>
+  void run_segments(const TokenMatrix& tokens, Form form, Index chunk_size,
+                    ModelState<Scalar>& state, OnLogits&& on_logits, LogitsMode mode,
+                    Matrix<Scalar>* all_logits) {
     const Index batch = tokens.rows(), time = tokens.cols();
     check_state(state, batch);
     for (Index i = 0; i < tokens.size(); ++i)
@@ -119,7 +130,12 @@ class RetNetModel {
     for (Index start = 0; start < time; start += segment) {
       const Index len = std::min(segment, time - start);
       run_segment(tokens.middleCols(start, len), form, state);
-      if (mode == LogitsMode::kAll) {
+      if (mode == LogitsMode::kAll && all_logits && batch == 1 && len > 16) {
+        const auto& w = *weights_;
+        w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
+        all_logits->middleRows(start, len).noalias() =
+            scratch_.normed * w.output_projection().transpose();
+      } else if (mode == LogitsMode::kAll) {
         compute_logits(batch, len, false);
         on_logits(start, len, scratch_.logits);
       } else if (mode == LogitsMode::kLast && start + len == time) {
@@ -129,7 +145,6 @@ class RetNetModel {
     }
   }
 
- private:
   RetNetModel(const ModelConfig& config, std::shared_ptr<const ModelWeights<Scalar>> weights)
       : config_(config), weights_(std::move(weights)) {
     for (const auto& l : weights_->layers) layers_.emplace_back(config_, l);
