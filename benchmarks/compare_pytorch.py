@@ -1,0 +1,983 @@
+#!/usr/bin/python3
+"""Side-by-side benchmark of the retnet C++ library against PyTorch, in one run, on one machine.
+
+What it measures (random float32 weights of one config, default benchmarks/configs/base.json):
+
+  * decode tokens/s after a 512-token prompt, at batch 1 and batch 8 (64 greedy steps);
+  * time to first token (TTFT) of a 2048-token prompt: the state plus the last position's
+    logits only (retnet `--logits last`; PyTorch likewise), best of the parallel and
+    chunkwise forms;
+  * scoring throughput at T = 2048 with every position's logits, best of both forms, also as
+    model GFLOP/s against the machine's measured sgemm peak;
+  * retnet's peak RSS for a 16384-token chunkwise prompt against its weight bytes (and, for
+    comparison, the same prompt through the PyTorch model in its own process);
+  * retnet's decode ms/step at context 16 and at context 8192;
+  * the machine's limits in the same harness: sgemm GFLOP/s (torch.mm, float32, model-like
+    shapes) and memory read bandwidth (summing a 1 GB float32 array).
+
+The PyTorch side is a RetNet decoder written here (RETNET.md, torchscale's op structure):
+RMSNorm, multi-scale retention with q/k/v/g projections, rotation ("theta shift"), per-head
+decay masks with torchscale's normalisation, a per-head RMS group norm, swish gate, GLU FFN,
+and three forms: parallel (all positions at once), chunkwise (inner-chunk parallel, cross-chunk
+state) and a recurrent step with a per-layer state (batch, heads, dk, dv) used for decoding.
+Every PyTorch measurement runs at 1 and at 2 threads, each in its own subprocess (thread pools
+fight), and PyTorch's best is reported; retnet likewise runs at 1 and 2 threads (--retnet-threads)
+and its best is reported. Medians of --repeat runs after a warm-up (retnet's CLI has no
+warm-up run of its own: its median includes the first run).
+
+By default (--torch-numerics consistent) every form divides retention row n by
+sqrt(sum_{i<=n} gamma^i), torchscale's decay normalisation, so the forms agree to rounding;
+--torch-numerics torchscale adds torchscale's data-dependent row scales (|qk| row sums, the
+chunkwise inner/cross scales), which the group norm cancels only up to its eps.
+
+Before measuring, the three PyTorch forms are checked against each other (max relative
+difference of logits and of the decoded logits after each form's state hand-off), against
+the torchscale fixture (../shared/fixtures/torchscale-tiny) and against the NumPy reference
+(../shared/reference/retnet_ref.py) on a tiny random config saved as safetensors.
+
+Run with Debian's python (torch, numpy):
+
+    /usr/bin/python3 benchmarks/compare_pytorch.py                   # full run, minutes
+    /usr/bin/python3 benchmarks/compare_pytorch.py --quick --config /tmp/small.json
+    /usr/bin/python3 benchmarks/compare_pytorch.py --check-only      # form agreement only
+
+Prints the agreement numbers, then a Markdown table (metric, retnet, PyTorch best (threads),
+ratio, target, met?), and writes every raw number to --out (benchmarks/results/compare.json).
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+
+# Problem sizes of a full run and of a --quick smoke test.
+SIZES = {
+    "full": dict(decode_prompt=512, decode_steps=64, decode_batch=8, ttft_len=2048, score_len=2048,
+                 memory_len=16384, context_short=16, context_long=8192, bandwidth_mb=1024,
+                 sgemm_rows=2048),
+    "quick": dict(decode_prompt=64, decode_steps=8, decode_batch=8, ttft_len=256, score_len=256,
+                  memory_len=2048, context_short=16, context_long=1024, bandwidth_mb=128,
+                  sgemm_rows=256),
+}
+
+
+# =============================================================================================
+# The PyTorch RetNet (RETNET.md with torchscale's op structure; written here, not copied)
+# =============================================================================================
+
+class Config:
+    """The RETNET.md config keys this model uses, with torchscale's defaults."""
+
+    def __init__(self, c):
+        self.vocab = c["vocab_size"]
+        self.d = c["decoder_embed_dim"]
+        self.dv_total = c.get("decoder_value_embed_dim", self.d)
+        self.heads = c["decoder_retention_heads"]
+        self.ffn = c["decoder_ffn_embed_dim"]
+        self.layers = c["decoder_layers"]
+        self.act = c.get("activation_fn", "gelu")
+        self.eps = c.get("layernorm_eps", 1e-6)
+        self.scale_embedding = not c.get("no_scale_embedding", True)
+        self.layernorm_embedding = c.get("layernorm_embedding", False)
+        self.tied = c.get("share_decoder_input_output_embed", c.get("tie_word_embeddings", False))
+        self.chunk = c.get("recurrent_chunk_size", 64)
+        self.glu = c.get("use_glu", True)
+        if c.get("norm_type", "rmsnorm") != "rmsnorm" or c.get("subln", False) and not self.glu:
+            raise SystemExit("compare_pytorch.py: only the RMSNorm model (no subln) is written here")
+        self.dk, self.dv = self.d // self.heads, self.dv_total // self.heads
+
+    def matmul_params(self):
+        """Parameters in the matmuls a token goes through, without the embedding lookup."""
+        ffn = (3 if self.glu else 2) * self.d * self.ffn
+        per_layer = 2 * self.d * self.d + 2 * self.d * self.dv_total + self.dv_total * self.d + ffn
+        return self.layers * per_layer, self.vocab * self.d
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps, affine=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y * self.weight if self.weight is not None else y
+
+
+class Linear(nn.Linear):
+    """nn.Linear, but a single row goes through torch.mv: on this torch (OpenBLAS) F.linear of one
+    row calls sgemm, about 3x slower than sgemv, which would handicap PyTorch's batch-1 decoding."""
+
+    def forward(self, x):
+        if x.numel() != x.shape[-1]:
+            return F.linear(x, self.weight, self.bias)
+        y = torch.mv(self.weight, x.reshape(-1))
+        return (y if self.bias is None else y + self.bias).view(*x.shape[:-1], -1)
+
+
+def rotate_every_two(x):
+    """(a, b) pairs -> (-b, a), the 90-degree turn that theta_shift mixes in."""
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def theta_shift(x, sin, cos):
+    return x * cos + rotate_every_two(x) * sin
+
+
+class ChunkMasks:
+    """Decay tensors for chunk length B, per head. The pure ones:
+    decay      [H,B,B]  gamma^(i-j) for i >= j, else 0
+    value_raw  [H,B,1]  gamma^(B-1-j): weight of k_j^T v_j in the state after the chunk
+    query_raw  [H,B,1]  gamma^(i+1): weight of the state before the chunk for query i
+    cross      [H,1,1]  gamma^B: the state's decay across one chunk
+    and torchscale's normalised ones (the chunk's rows divided by sqrt(their sums), the state
+    kept in units of value_sum = sum_{j<B} gamma^j):
+    inner      [H,B,B]  decay / sqrt(row sum)      (also the parallel form's mask, B = T)
+    value      [H,B,1]  value_raw / value_sum
+    query      [H,B,1]  query_raw * value_sum / sqrt(row sum)"""
+
+    def __init__(self, log_gamma, B, dtype):
+        idx = torch.arange(B, dtype=torch.float64)
+        diff = idx[:, None] - idx[None, :]
+        decay = torch.where(diff >= 0, torch.exp(log_gamma[:, None, None] * diff.clamp(min=0)),
+                            torch.zeros(()))
+        value_sum = decay[:, -1].sum(-1)[:, None, None]
+        row_scale = decay.sum(-1, keepdim=True).sqrt()
+        value_raw = decay[:, -1].unsqueeze(-1)
+        query_raw = torch.exp(log_gamma[:, None] * (idx + 1))[:, :, None]
+        cast = lambda t: t.to(dtype)  # noqa: E731
+        self.decay, self.value_raw, self.query_raw = cast(decay), cast(value_raw), cast(query_raw)
+        self.cross = cast(torch.exp(log_gamma * B)[:, None, None])
+        self.inner, self.value = cast(decay / row_scale), cast(value_raw / value_sum)
+        self.query, self.value_sum = cast(query_raw * value_sum / row_scale), cast(value_sum)
+
+
+class RelPos:
+    """Rotation angles and per-head decays, with cached masks (they depend on sizes only)."""
+
+    def __init__(self, cfg, dtype):
+        half = cfg.dk // 2
+        self.angle = (1.0 / 10000 ** torch.linspace(0, 1, half, dtype=torch.float64)).repeat_interleave(2)
+        self.log_gamma = torch.log(1 - 2.0 ** (-5 - torch.arange(cfg.heads, dtype=torch.float64)))
+        self.gamma = torch.exp(self.log_gamma).to(dtype)
+        self.dtype = dtype
+        self._rot, self._par, self._chunk = {}, {}, {}
+
+    def rotation(self, start, T):
+        key = (start, T)
+        if key not in self._rot:
+            pos = torch.arange(start, start + T, dtype=torch.float64)[:, None] * self.angle[None]
+            val = (torch.sin(pos).to(self.dtype), torch.cos(pos).to(self.dtype))
+            if T == 1:
+                return val  # decode steps: every position differs, nothing to reuse
+            self._rot[key] = val
+        return self._rot[key]
+
+    def parallel_mask(self, T):
+        """[H,T,T] gamma^(n-m) for n >= m, each row divided by sqrt(its sum) (torchscale)."""
+        if T not in self._par:
+            self._par[T] = ChunkMasks(self.log_gamma, T, self.dtype).inner
+        return self._par[T]
+
+    def chunk_masks(self, B):
+        if B not in self._chunk:
+            self._chunk[B] = ChunkMasks(self.log_gamma, B, self.dtype)
+        return self._chunk[B]
+
+    def row_factors(self, start, T):
+        """[T,H,1]: 1 / sqrt(sum_{i<=n} gamma^i) for positions n = start .. start+T-1."""
+        n = torch.arange(start + 1, start + T + 1, dtype=torch.float64)[:, None]
+        g = torch.exp(self.log_gamma)[None]
+        return ((1 - g) / (1 - g ** n)).sqrt()[..., None].to(self.dtype)
+
+    def scale_after(self, n):
+        """sum_{i<n} gamma^i per head: the recurrent form's normaliser after n tokens."""
+        g = torch.exp(self.log_gamma)
+        return ((1 - g ** n) / (1 - g)).to(self.dtype)
+
+
+class State:
+    """Per layer (kv [b,H,dk,dv], scale [H]) in the recurrent form's normalisation
+    (kv = S / sqrt(scale), S the pure state of RETNET.md), plus the tokens consumed."""
+
+    def __init__(self, layers, position):
+        self.layers, self.position = layers, position
+
+    def clone(self):
+        return State([(kv.clone(), s.clone()) for kv, s in self.layers], self.position)
+
+    def nbytes(self):
+        return sum(kv.numel() * kv.element_size() + s.numel() * s.element_size()
+                   for kv, s in self.layers)
+
+
+class MultiScaleRetention(nn.Module):
+    """torchscale=True: torchscale's data-dependent scales too (the parallel rows divided by
+    clamp(sum |row|, 1, 5e4), the chunkwise inner/cross scales). The RMS group norm cancels
+    them up to its eps, so with them the forms agree only up to eps effects; without them
+    (default) every form divides row n by sqrt(sum_{i<=n} gamma^i) and they agree to rounding."""
+
+    def __init__(self, cfg, torchscale=False):
+        super().__init__()
+        self.cfg, self.torchscale = cfg, torchscale
+        d, Dv = cfg.d, cfg.dv_total
+        self.q_proj = Linear(d, d, bias=False)
+        self.k_proj = Linear(d, d, bias=False)
+        self.v_proj = Linear(d, Dv, bias=False)
+        self.g_proj = Linear(d, Dv, bias=False)
+        self.out_proj = Linear(Dv, d, bias=False)
+        self.group_norm = RMSNorm(cfg.dv, cfg.eps, affine=False)
+        self.scaling = cfg.dk ** -0.5
+
+    # ---- the three forms; q, k: [b,H,T,dk], v: [b,H,T,dv]; outputs [b,T,H,dv] --------------
+
+    def parallel(self, q, k, v, rel, position):
+        if position:
+            raise ValueError("the parallel form starts from an empty state")
+        T = q.shape[2]
+        qk = (q @ k.transpose(-1, -2)) * rel.parallel_mask(T)      # rows / sqrt(sum of decays)
+        if self.torchscale:
+            qk = qk / qk.abs().sum(-1, keepdim=True).clamp(min=1, max=5e4)
+        out = (qk @ v).transpose(1, 2)
+        # hand-off to the recurrent form: S = sum_m gamma^(T-1-m) k_m^T v_m
+        weights = torch.exp(rel.log_gamma[:, None] * torch.arange(T - 1, -1, -1, dtype=torch.float64))
+        S = (k * weights.to(q.dtype)[..., None]).transpose(-1, -2) @ v
+        scale = rel.scale_after(T)
+        return out, (S / scale.sqrt()[:, None, None], scale)
+
+    def chunkwise(self, q, k, v, rel, layer_state, position, B):
+        kv, scale = layer_state
+        S = kv * scale.sqrt()[:, None, None]                    # the pure state
+        T, nfull = q.shape[2], q.shape[2] // B
+        outs = []
+        chunks = self._chunks_torchscale if self.torchscale else self._chunks
+        for lo, hi, size in ((0, nfull * B, B), (nfull * B, T, T - nfull * B)):
+            if hi > lo:   # the full chunks at once, then a shorter last chunk if there is one
+                out, S = chunks(q[:, :, lo:hi], k[:, :, lo:hi], v[:, :, lo:hi],
+                                rel.chunk_masks(size), S)
+                outs.append(out)
+        out = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
+        new_scale = rel.scale_after(position + T)
+        if not self.torchscale:  # row n / sqrt(sum_{i<=n} gamma^i), as the other two forms
+            out = out * rel.row_factors(position, T)
+        return out, (S / new_scale.sqrt()[:, None, None], new_scale)
+
+    @staticmethod
+    def _split(q, k, v, B):
+        b, H, T, dk = q.shape
+        dv, nc = v.shape[-1], T // B
+        return (q.reshape(b, H, nc, B, dk).transpose(1, 2),     # [b,nc,H,B,dk]
+                k.reshape(b, H, nc, B, dk).transpose(1, 2),
+                v.reshape(b, H, nc, B, dv).transpose(1, 2), nc)
+
+    @classmethod
+    def _chunks(cls, q, k, v, m, S):
+        """Chunkwise over T = nc * B from pure state S, unnormalised: inner-chunk parallel form
+        plus the state before each chunk; returns the pure output and state."""
+        b, H, T, _ = q.shape
+        q, k, v, nc = cls._split(q, k, v, m.decay.shape[-1])
+        kt = k.transpose(-1, -2)
+        inner = ((q @ kt) * m.decay) @ v                          # inside each chunk: parallel
+        kv = kt @ (v * m.value_raw)                               # each chunk's state update
+        states = []
+        for i in range(nc):                                       # across chunks: recurrence
+            states.append(S)
+            S = S * m.cross + kv[:, i]
+        out = inner + (q * m.query_raw) @ torch.stack(states, 1)
+        return out.transpose(2, 3).reshape(b, T, H, v.shape[-1]), S
+
+    @classmethod
+    def _chunks_torchscale(cls, q, k, v, m, S):
+        """torchscale's chunk_recurrent_forward (its normalisations) over T = nc * B."""
+        b, H, T, _ = q.shape
+        q, k, v, nc = cls._split(q, k, v, m.decay.shape[-1])
+        kt = k.transpose(-1, -2)
+        qk = (q @ kt) * m.inner
+        inner_scale = qk.abs().sum(-1, keepdim=True).clamp(min=1)
+        inner = (qk / inner_scale) @ v
+        kv = kt @ (v * m.value)
+        state = S / m.value_sum                                   # in the chunks' units
+        scale = state.abs().sum(-2, keepdim=True).amax(-1, keepdim=True).clamp(min=1)
+        states, scales = [], []
+        for i in range(nc):
+            states.append(state / scale)
+            scales.append(scale)
+            state = state * m.cross + kv[:, i]
+            scale = state.abs().sum(-2, keepdim=True).amax(-1, keepdim=True).clamp(min=1)
+        cross_state, cross_scale = torch.stack(states, 1), torch.stack(scales, 1)
+        cross = (q * m.query) @ cross_state
+        all_scale = torch.maximum(inner_scale, cross_scale)
+        out = inner * (inner_scale / all_scale) + cross * (cross_scale / all_scale)
+        return out.transpose(2, 3).reshape(b, T, H, v.shape[-1]), state * m.value_sum
+
+    @staticmethod
+    def recurrent_step(q, k, v, rel, layer_state):
+        """One token: scale' = gamma scale + 1, kv' = kv sqrt(scale) gamma / sqrt(scale')
+        + k^T v / sqrt(scale'), o = q kv'."""
+        kv, scale = layer_state
+        g = rel.gamma
+        new_scale = scale * g + 1
+        inv_root = new_scale.rsqrt()
+        decay, weight = (scale.sqrt() * g * inv_root)[:, None, None], inv_root[:, None, None]
+        kv = torch.addcmul(kv * decay, k.transpose(-1, -2) @ v, weight)
+        return (q @ kv).transpose(1, 2), (kv, new_scale)
+
+    def forward(self, x, rel, form, layer_state, position, chunk):
+        cfg = self.cfg
+        b, T, _ = x.shape
+        sin, cos = rel.rotation(position, T)
+        q = self.q_proj(x).view(b, T, cfg.heads, cfg.dk).transpose(1, 2)
+        k = (self.k_proj(x) * self.scaling).view(b, T, cfg.heads, cfg.dk).transpose(1, 2)
+        v = self.v_proj(x).view(b, T, cfg.heads, cfg.dv).transpose(1, 2)
+        g = self.g_proj(x)
+        q, k = theta_shift(q, sin, cos), theta_shift(k, sin, cos)
+        if form == "parallel":
+            out, new_state = self.parallel(q, k, v, rel, position)
+        elif form == "chunkwise":
+            out, new_state = self.chunkwise(q, k, v, rel, layer_state, position, chunk)
+        else:  # recurrent, token by token
+            outs, new_state = [], layer_state
+            for t in range(T):
+                o, new_state = self.recurrent_step(q[:, :, t:t + 1], k[:, :, t:t + 1],
+                                                   v[:, :, t:t + 1], rel, new_state)
+                outs.append(o)
+            out = torch.cat(outs, 1)
+        out = self.group_norm(out).reshape(b, T, cfg.dv_total)
+        return self.out_proj(F.silu(g) * out), new_state
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.glu = cfg.glu
+        self.act = F.silu if cfg.act == "swish" else F.gelu
+        self.fc1 = Linear(cfg.d, cfg.ffn, bias=not cfg.glu)
+        self.fc2 = Linear(cfg.ffn, cfg.d, bias=not cfg.glu)
+        if cfg.glu:
+            self.gate = Linear(cfg.d, cfg.ffn, bias=False)
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        return self.fc2(h * self.gate(x) if self.glu else h)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, torchscale):
+        super().__init__()
+        self.retention_layer_norm = RMSNorm(cfg.d, cfg.eps)
+        self.retention = MultiScaleRetention(cfg, torchscale)
+        self.final_layer_norm = RMSNorm(cfg.d, cfg.eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x, rel, form, layer_state, position, chunk):
+        y, new_state = self.retention(self.retention_layer_norm(x), rel, form, layer_state,
+                                      position, chunk)
+        x = x + y
+        return x + self.ffn(self.final_layer_norm(x)), new_state
+
+
+class RetNetDecoder(nn.Module):
+    """Tensor names follow torchscale, so a torchscale state dict loads as it is."""
+
+    def __init__(self, cfg, dtype=torch.float32, torchscale=False):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.d)
+        if cfg.layernorm_embedding:
+            self.layernorm_embedding = RMSNorm(cfg.d, cfg.eps)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, torchscale) for _ in range(cfg.layers))
+        self.layer_norm = RMSNorm(cfg.d, cfg.eps)
+        if not cfg.tied:
+            self.output_projection = Linear(cfg.d, cfg.vocab, bias=False)
+        self.rel = RelPos(cfg, dtype)
+        self.to(dtype)
+
+    def randomize(self, seed=0):
+        """Matrices ~ N(0, 1/in), norm weights ~ 1 + N(0, 0.1), biases ~ N(0, 0.1) (as retnet's)."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    p.normal_(0, p.shape[1] ** -0.5, generator=gen)
+                else:
+                    p.normal_(1.0 if "norm" in name else 0.0, 0.1, generator=gen)
+        return self
+
+    def new_state(self, batch):
+        c, p = self.cfg, next(self.parameters())
+        return State([(torch.zeros(batch, c.heads, c.dk, c.dv, dtype=p.dtype),
+                       torch.zeros(c.heads, dtype=p.dtype)) for _ in range(c.layers)], 0)
+
+    def forward(self, tokens, form="parallel", state=None, chunk=None, logits="all"):
+        """tokens [b,T] -> (logits [b,T or 1,vocab] or None, state after the tokens)."""
+        state = state if state is not None else self.new_state(tokens.shape[0])
+        chunk = chunk or self.cfg.chunk
+        x = self.embed_tokens(tokens)
+        if self.cfg.scale_embedding:
+            x = x * math.sqrt(self.cfg.d)
+        if self.cfg.layernorm_embedding:
+            x = self.layernorm_embedding(x)
+        new_layers = []
+        for layer, layer_state in zip(self.layers, state.layers):
+            x, s = layer(x, self.rel, form, layer_state, state.position, chunk)
+            new_layers.append(s)
+        new_state = State(new_layers, state.position + tokens.shape[1])
+        if logits == "none":
+            return None, new_state
+        h = self.layer_norm(x if logits == "all" else x[:, -1:])
+        out = self.output_projection(h) if not self.cfg.tied else F.linear(h, self.embed_tokens.weight)
+        return out, new_state
+
+    def step(self, tokens, state):
+        """One recurrent decoding step: tokens [b,1]."""
+        return self.forward(tokens, "recurrent", state)
+
+
+# =============================================================================================
+# Correctness checks of the PyTorch model
+# =============================================================================================
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    kinds = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        buf = raw[8 + n + a:8 + n + b]
+        if info["dtype"] == "BF16":
+            arr = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(buf, kinds[info["dtype"]])
+        out[name] = torch.from_numpy(arr.astype(np.float32).reshape(info["shape"]))
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def load_model_dir(model_dir, dtype=torch.float32, torchscale=False):
+    cfg_dict = json.load(open(os.path.join(model_dir, "config.json")))
+    model = RetNetDecoder(Config(cfg_dict), dtype, torchscale)
+    weights = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    prefix = next(p for p in ("model.", "decoder.", "") if p + "embed_tokens.weight" in weights)
+    sd = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    if "lm_head.weight" in weights:
+        sd["output_projection.weight"] = weights["lm_head.weight"]
+    sd = {k: v for k, v in sd.items() if not k.startswith("retnet_rel_pos")}
+    model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True)
+    return model.eval(), cfg_dict
+
+
+def rel_diff(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def check_forms(model, tokens, chunk, steps=3):
+    """Logits of the three forms, and of `steps` recurrent steps after each form's state."""
+    T = tokens.shape[1]
+    res, decoded = {}, {}
+    with torch.inference_mode():
+        for form in ("parallel", "chunkwise", "recurrent"):
+            logits, state = model(tokens, form, chunk=chunk)
+            res[form] = logits
+            nxt, outs = tokens[:, -1:], []
+            for _ in range(steps):
+                lg, state = model.step(nxt, state)
+                outs.append(lg)
+                nxt = lg[:, -1].argmax(-1, keepdim=True)
+                nxt = (nxt * 0 + 7) % model.cfg.vocab  # the same tokens for every form
+            decoded[form] = torch.cat(outs, 1)
+        # the chunkwise form continuing from a state: a prompt read in two pieces
+        cut = max(1, T // 3)
+        a, st = model(tokens[:, :cut], "chunkwise", chunk=chunk)
+        b, _ = model(tokens[:, cut:], "chunkwise", st, chunk=chunk)
+        split = torch.cat([a, b], 1)
+    base = res["recurrent"]
+    return {
+        "parallel_vs_recurrent": rel_diff(res["parallel"], base),
+        "chunkwise_vs_recurrent": rel_diff(res["chunkwise"], base),
+        "chunkwise_vs_parallel": rel_diff(res["chunkwise"], res["parallel"]),
+        "chunkwise_in_two_pieces_vs_recurrent": rel_diff(split, base),
+        "decode_after_parallel_vs_after_recurrent": rel_diff(decoded["parallel"], decoded["recurrent"]),
+        "decode_after_chunkwise_vs_after_recurrent": rel_diff(decoded["chunkwise"], decoded["recurrent"]),
+    }, res
+
+
+def run_checks(verbose=True):
+    """Form agreement (float32 and float64), torchscale fixture, NumPy reference; for both
+    numerics (see MultiScaleRetention)."""
+    out = {}
+    tiny = {"vocab_size": 97, "decoder_embed_dim": 64, "decoder_value_embed_dim": 112,
+            "decoder_retention_heads": 4, "decoder_ffn_embed_dim": 96, "decoder_layers": 2,
+            "activation_fn": "swish", "use_glu": True, "layernorm_eps": 1e-6,
+            "no_scale_embedding": True, "recurrent_chunk_size": 5}
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, 97, (2, 23), generator=gen)  # 23 = 4 chunks of 5 + a tail of 3
+    fixture = os.path.join(SHARED, "fixtures", "torchscale-tiny")
+    ref = os.path.join(SHARED, "reference", "retnet_ref.py")
+    ref_logits = None
+    for numerics in ("consistent", "torchscale"):
+        ts = numerics == "torchscale"
+        for dtype in (torch.float32, torch.float64):
+            model = RetNetDecoder(Config(tiny), dtype, ts).randomize(1).eval()
+            out[f"{numerics}: tiny random model, {str(dtype)[6:]}, 2 x 23 tokens, chunk 5"], _ = \
+                check_forms(model, tokens, chunk=5)
+
+        if os.path.isdir(fixture):
+            model, cfg = load_model_dir(fixture, torchscale=ts)
+            toks = torch.from_numpy(np.load(os.path.join(fixture, "tokens.npy"))).long()
+            want = torch.from_numpy(np.load(os.path.join(fixture, "logits.npy")))
+            agree, logits = check_forms(model, toks, chunk=cfg.get("recurrent_chunk_size", 4))
+            out[f"{numerics}: torchscale-tiny fixture, float32"] = dict(
+                agree, **{f"{f}_vs_torchscale": rel_diff(l, want) for f, l in logits.items()})
+
+        if os.path.isfile(ref):
+            model = RetNetDecoder(Config(tiny), torch.float32, ts).randomize(5).eval()
+            if ref_logits is None:  # the same weights both times: run the reference once
+                with tempfile.TemporaryDirectory() as d:
+                    json.dump(tiny, open(os.path.join(d, "config.json"), "w"))
+                    write_safetensors(os.path.join(d, "model.safetensors"), model.state_dict())
+                    subprocess.run(["/usr/bin/python3", ref, d, "--tokens", ",".join(map(str, tokens[0].tolist())),
+                                    "--out", os.path.join(d, "ref.npy")], check=True)
+                    ref_logits = torch.from_numpy(np.load(os.path.join(d, "ref.npy")))
+            with torch.inference_mode():
+                out[f"{numerics}: NumPy reference (retnet_ref.py), tiny random model, float32"] = {
+                    f"{f}_vs_reference": rel_diff(model(tokens[:1], f, chunk=5)[0][0], ref_logits)
+                    for f in ("parallel", "chunkwise", "recurrent")}
+    if verbose:
+        print("PyTorch model, max relative difference of logits (max|a-b| / max|b|):")
+        for group, numbers in out.items():
+            print(f"  {group}:")
+            print("    " + ", ".join(f"{k} {v:.1e}" for k, v in numbers.items()))
+    return out
+
+
+# =============================================================================================
+# Worker processes (one per thread count): PyTorch model timings and machine limits
+# =============================================================================================
+
+def median_time(fn, repeat, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def worker_model(p):
+    """PyTorch decode, TTFT and scoring timings at this process's thread count."""
+    cfg = Config(p["config"])
+    s, repeat = p["sizes"], p["repeat"]
+    model = RetNetDecoder(cfg, torch.float32, p["torchscale"]).randomize(0).eval()
+    gen = torch.Generator().manual_seed(7)
+    res = {}
+    with torch.inference_mode():
+        for key, T, logits in (("ttft", s["ttft_len"], "last"), ("score", s["score_len"], "all")):
+            prompt = torch.randint(0, cfg.vocab, (1, T), generator=gen)
+            for form in ("parallel", "chunkwise"):
+                med, times = median_time(lambda: model(prompt, form, logits=logits), repeat)
+                res[f"{key}_{form}"] = dict(seconds=med, times=times, tokens_per_s=T / med)
+                log(f"  torch {p['threads']} thr {key} {form}: {med:.3f} s")
+        for batch in (1, s["decode_batch"]):
+            prompt = torch.randint(0, cfg.vocab, (batch, s["decode_prompt"]), generator=gen)
+            _, prefilled = model(prompt, "chunkwise", logits="none")
+            steps = s["decode_steps"]
+
+            def decode():  # the step makes new state tensors: `prefilled` is not changed
+                state, nxt = prefilled, prompt[:, -1:]
+                for _ in range(steps):
+                    logits, state = model.step(nxt, state)
+                    nxt = logits[:, -1].argmax(-1, keepdim=True)
+
+            med, times = median_time(decode, repeat)
+            res[f"decode_b{batch}"] = dict(seconds=med, times=times, tokens_per_s=batch * steps / med,
+                                          ms_per_step=1000 * med / steps, batch=batch,
+                                          state_bytes=prefilled.nbytes())
+            log(f"  torch {p['threads']} thr decode batch {batch}: {1000 * med / steps:.2f} ms/step")
+    return res
+
+
+def worker_memory(p):
+    """Peak RSS of one chunkwise prompt of memory_len tokens through the PyTorch model."""
+    cfg = Config(p["config"])
+    rss_start = current_rss()  # the interpreter with torch loaded
+    model = RetNetDecoder(cfg, torch.float32, p["torchscale"]).randomize(0).eval()
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
+    rss_before = current_rss()
+    T = p["sizes"]["memory_len"]
+    prompt = torch.randint(0, cfg.vocab, (1, T), generator=torch.Generator().manual_seed(7))
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        model(prompt, "chunkwise", logits="last")
+    return dict(tokens=T, seconds=time.perf_counter() - t0, weight_bytes=weight_bytes, rss_start_bytes=rss_start,
+                rss_after_model_bytes=rss_before, peak_rss_bytes=peak_rss())
+
+
+def read_bandwidth(method, array, reduce):
+    """GB/s of reading `array` once (best of 5 after a warm-up)."""
+    seconds = min(median_time(lambda: reduce(array), 5)[1])
+    nbytes = array.nbytes if isinstance(array, np.ndarray) else array.numel() * array.element_size()
+    return dict(method=method, bytes=nbytes, seconds=seconds, gb_per_s=nbytes / seconds / 1e9)
+
+
+def worker_machine(p):
+    """sgemm GFLOP/s of model-like shapes and read bandwidth (sum of a large float32 array)."""
+    s, threads = p["sizes"], p["threads"]
+    cfg = Config(p["config"])
+    m = s["sgemm_rows"]
+    shapes = [(m, cfg.d, cfg.dv_total), (m, cfg.dv_total, cfg.d), (m, cfg.d, cfg.ffn),
+              (m, cfg.d, cfg.vocab)]
+    gemm = []
+    for (M, K, N) in shapes:
+        a, w = torch.randn(M, K), torch.randn(N, K)
+        b = w.t().contiguous()
+        for layout, fn in (("A@B", lambda: torch.mm(a, b)), ("linear A@W^T", lambda: F.linear(a, w))):
+            best = min(median_time(fn, 5)[1])
+            gemm.append(dict(m=M, k=K, n=N, layout=layout, seconds=best, gflops=2 * M * K * N / best / 1e9))
+        log(f"  sgemm {threads} thr {M}x{K}x{N}: {max(g['gflops'] for g in gemm[-2:]):.1f} GFLOP/s")
+    n = s["bandwidth_mb"] * (1 << 20) // 4
+    bw = [read_bandwidth("torch.sum", torch.ones(n, dtype=torch.float32), lambda x: x.sum())]
+    if threads == 1:  # numpy's sum is single-threaded
+        bw.append(read_bandwidth("numpy.sum", np.ones(n, dtype=np.float32), lambda x: x.sum()))
+    log(f"  read bandwidth {threads} thr: {max(b['gb_per_s'] for b in bw):.1f} GB/s")
+    return dict(sgemm=gemm, bandwidth=bw)
+
+
+def proc_status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def current_rss():
+    return proc_status("VmRSS")
+
+
+def peak_rss():
+    """VmHWM, this process image's peak RSS (ru_maxrss would include the parent's, see VIA_SHELL)."""
+    return proc_status("VmHWM")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+WORKERS = {"model": worker_model, "memory": worker_memory, "machine": worker_machine}
+
+
+def run_worker(task, threads, params):
+    """Runs WORKERS[task] in a fresh interpreter pinned to `threads` threads."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    params = dict(params, threads=threads)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", task,
+                           "--threads", str(threads)], input=json.dumps(params), env=env,
+                          stdout=subprocess.PIPE, stderr=None, text=True)
+    if proc.returncode:
+        raise SystemExit(f"worker {task} ({threads} threads) failed with status {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# =============================================================================================
+# retnet runs
+# =============================================================================================
+
+# `retnet bench` reports getrusage's ru_maxrss, which Linux carries across exec: a process
+# started straight from this (large) Python process would report Python's peak RSS as its own.
+# A shell in between forks the CLI from a small process instead.
+VIA_SHELL = ["/bin/sh", "-c", '"$0" "$@"; exit $?']
+
+
+def run_retnet(cli, config, threads, repeat, **flags):
+    args = [cli, "bench", "--config", config, "--threads", str(threads), "--repeat", str(repeat), "--json"]
+    for k, v in flags.items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    proc = subprocess.run(VIA_SHELL + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["command"] = " ".join(args[1:])
+    return result
+
+
+def best_retnet(cli, config, threads_list, repeat, key, maximize, runs, label, **flags):
+    """Runs the bench at every thread count; returns the best run by `key`."""
+    found = []
+    for t in threads_list:
+        r = run_retnet(cli, config, t, repeat, **flags)
+        runs.append(dict(r, label=label))
+        found.append(r)
+        log(f"  retnet {t} thr {label}: {key} = {r[key]:.4g}")
+    return (max if maximize else min)(found, key=lambda r: r[key])
+
+
+# =============================================================================================
+# Main: run everything, print the table, write the JSON
+# =============================================================================================
+
+def binary_info(cli):
+    """The CLI's modification time, and whether a library or CLI source is newer (a stale build)."""
+    sources = [os.path.join(dp, f) for top in ("include", "tools") for dp, _, fs in os.walk(os.path.join(ROOT, top))
+               for f in fs if f.endswith((".hpp", ".cpp", ".h"))]
+    built = os.path.getmtime(cli)
+    newest = max((os.path.getmtime(f) for f in sources), default=0)
+    return dict(retnet_binary=os.path.abspath(cli),
+                retnet_binary_mtime=datetime.datetime.fromtimestamp(built).astimezone().isoformat(timespec="seconds"),
+                retnet_binary_older_than_sources=newest > built)
+
+
+def machine_info():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True).stdout.strip())
+    except OSError:
+        commit, dirty = "unknown", None
+    return dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__, numpy=np.__version__,
+                python=platform.python_version(), platform=platform.platform(),
+                date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                retnet_commit=commit, retnet_tree_modified=dirty, load_average_start=os.getloadavg())
+
+
+def measure_machine(params, threads_list):
+    limits = {t: run_worker("machine", t, params) for t in threads_list}
+    gemm, gemm_t = max(((g, t) for t, r in limits.items() for g in r["sgemm"]), key=lambda x: x[0]["gflops"])
+    bw, bw_t = max(((b, t) for t, r in limits.items() for b in r["bandwidth"]), key=lambda x: x[0]["gb_per_s"])
+    return dict(per_threads=limits, sgemm_peak_gflops=gemm["gflops"], sgemm_peak_threads=gemm_t,
+                sgemm_peak_shape=gemm, read_bandwidth_gb_per_s=bw["gb_per_s"], read_bandwidth_threads=bw_t,
+                read_bandwidth_method=bw["method"])
+
+
+def measure_retnet(a, sizes, chunk, threads_list):
+    """Every retnet measurement, best over the thread counts; returns (best runs, all runs)."""
+    runs, best = [], {}
+
+    def run(name, label, key, maximize, **flags):
+        best[name] = best_retnet(a.retnet, a.config, threads_list, a.repeat, key, maximize, runs, label, **flags)
+
+    nb, prompt, steps = sizes["decode_batch"], sizes["decode_prompt"], sizes["decode_steps"]
+    run("decode_b1", "decode batch 1", "decode_tokens_per_s", True, prompt_len=prompt, gen_len=steps,
+        batch=1, mode="chunkwise", logits="last")
+    run("decode_bN", f"decode batch {nb}", "decode_tokens_per_s", True, prompt_len=prompt, gen_len=steps,
+        batch=nb, mode="chunkwise", logits="last")
+    for form in ("parallel", "chunkwise"):
+        run(f"ttft_{form}", f"ttft {form}", "prefill_seconds", False, prompt_len=sizes["ttft_len"],
+            gen_len=0, mode=form, chunk_size=chunk, logits="last")
+        run(f"score_{form}", f"score {form}", "prefill_tokens_per_s", True, prompt_len=sizes["score_len"],
+            gen_len=0, mode=form, chunk_size=chunk, logits="all")
+    for ctx in ("context_short", "context_long"):
+        run(ctx, f"decode at context {sizes[ctx]}", "decode_ms_per_step", False, prompt_len=sizes[ctx],
+            gen_len=steps, mode="chunkwise", chunk_size=chunk, logits="last")
+    # one run in a fresh process: peak RSS covers every repeat of a process
+    best["memory"] = run_retnet(a.retnet, a.config, max(threads_list), 1, prompt_len=sizes["memory_len"],
+                                gen_len=0, mode="chunkwise", chunk_size=chunk, logits="last")
+    runs.append(dict(best["memory"], label="memory"))
+    log(f"  retnet memory {sizes['memory_len']}: peak RSS {best['memory']['peak_rss_bytes'] / 1e6:.1f} MB")
+    return best, runs
+
+
+def summarize(cfg, sizes, limits, rn, pt, pt_mem):
+    """Derived numbers and the table rows: (metric, retnet, PyTorch, ratio, target, met, detail)."""
+    def pt_best(keys, metric, maximize):
+        return (max if maximize else min)((pt[t][k][metric], t, k) for t in pt for k in keys)
+
+    weight_bytes = rn["decode_b1"]["weight_bytes"]
+    bw = limits["read_bandwidth_gb_per_s"] * 1e9
+    streamed = weight_bytes - (0 if cfg.tied else cfg.vocab * cfg.d * 4)  # a step reads one embedding row
+    bound = bw / weight_bytes
+    layer_params, logit_params = cfg.matmul_params()
+    flops_per_token = 2 * (layer_params + logit_params)
+    T, B = sizes["score_len"], cfg.chunk
+    retention_flops = {  # per token, all layers: q.k and .v over the window, q.S and the state update
+        "parallel": cfg.layers * 2 * T * (cfg.d + cfg.dv_total),
+        "chunkwise": cfg.layers * (2 * B * (cfg.d + cfg.dv_total) + 4 * cfg.d * cfg.dv)}
+    peak = limits["sgemm_peak_gflops"]
+
+    b1, bN, mem = rn["decode_b1"], rn["decode_bN"], rn["memory"]
+    t_b1, t_b1_thr, _ = pt_best(["decode_b1"], "tokens_per_s", True)
+    t_bN, t_bN_thr, _ = pt_best([f"decode_b{sizes['decode_batch']}"], "tokens_per_s", True)
+    r_ttft = min(rn["ttft_parallel"], rn["ttft_chunkwise"], key=lambda r: r["prefill_seconds"])
+    t_ttft, t_ttft_thr, t_ttft_k = pt_best(["ttft_parallel", "ttft_chunkwise"], "seconds", False)
+    r_score = max(rn["score_parallel"], rn["score_chunkwise"], key=lambda r: r["prefill_tokens_per_s"])
+    t_score, t_score_thr, t_score_k = pt_best(["score_parallel", "score_chunkwise"], "tokens_per_s", True)
+    r_gflops = r_score["prefill_tokens_per_s"] * flops_per_token / 1e9
+    t_gflops = t_score * flops_per_token / 1e9
+    short, long_ = rn["context_short"], rn["context_long"]
+    growth = long_["decode_ms_per_step"] / short["decode_ms_per_step"] - 1
+    batch_gain = bN["decode_tokens_per_s"] / b1["decode_tokens_per_s"]
+    over = mem["peak_rss_bytes"] - weight_bytes
+    form = lambda k: k.split("_")[1]  # noqa: E731
+    d = sizes["decode_prompt"]
+    rows = [
+        (f"decode tok/s, batch 1, after {d}", f"{b1['decode_tokens_per_s']:.1f} ({b1['threads']} thr)",
+         f"{t_b1:.1f} ({t_b1_thr} thr)", b1["decode_tokens_per_s"] / t_b1,
+         f"≥ 75 % of bandwidth bound {bound:.1f} tok/s", b1["decode_tokens_per_s"] >= 0.75 * bound,
+         f"{100 * b1['decode_tokens_per_s'] / bound:.0f} %"),
+        (f"decode tok/s, batch {sizes['decode_batch']}, after {d}",
+         f"{bN['decode_tokens_per_s']:.1f} ({bN['threads']} thr)", f"{t_bN:.1f} ({t_bN_thr} thr)",
+         bN["decode_tokens_per_s"] / t_bN, "≥ 4 × batch 1", batch_gain >= 4, f"{batch_gain:.1f} ×"),
+        (f"TTFT, {sizes['ttft_len']}-token prompt (ms)",
+         f"{1000 * r_ttft['prefill_seconds']:.1f} ({r_ttft['mode']}, {r_ttft['threads']} thr)",
+         f"{1000 * t_ttft:.1f} ({form(t_ttft_k)}, {t_ttft_thr} thr)", t_ttft / r_ttft["prefill_seconds"],
+         "≥ 1.5 × faster than PyTorch", t_ttft / r_ttft["prefill_seconds"] >= 1.5, ""),
+        (f"scoring tok/s, T = {T}, all logits",
+         f"{r_score['prefill_tokens_per_s']:.0f} ({r_score['mode']}, {r_score['threads']} thr)",
+         f"{t_score:.0f} ({form(t_score_k)}, {t_score_thr} thr)", r_score["prefill_tokens_per_s"] / t_score,
+         "≥ 1.2 × PyTorch", r_score["prefill_tokens_per_s"] / t_score >= 1.2, ""),
+        (f"scoring model GFLOP/s, T = {T}", f"{r_gflops:.1f}", f"{t_gflops:.1f}", r_gflops / t_gflops,
+         f"≥ 70 % of sgemm peak {peak:.1f}", r_gflops >= 0.7 * peak, f"{100 * r_gflops / peak:.0f} %"),
+        (f"peak RSS, {sizes['memory_len']}-token chunkwise prompt (MB)", f"{mem['peak_rss_bytes'] / 1e6:.1f}",
+         f"{pt_mem['peak_rss_bytes'] / 1e6:.1f} (1 thr)", pt_mem["peak_rss_bytes"] / mem["peak_rss_bytes"],
+         f"≤ weights {weight_bytes / 1e6:.1f} + 64 MiB", over <= 64 * 2 ** 20, f"+{over / 2 ** 20:.1f} MiB"),
+        (f"decode ms/step, context {sizes['context_short']} → {sizes['context_long']}",
+         f"{short['decode_ms_per_step']:.2f} → {long_['decode_ms_per_step']:.2f}", "—", None,
+         "≤ +10 %", growth <= 0.10, f"{100 * growth:+.1f} %"),
+    ]
+    derived = dict(
+        weight_bytes=weight_bytes, bytes_read_per_decode_step=streamed,
+        bandwidth_bound_tokens_per_s=bound, bandwidth_bound_without_embedding_table=bw / streamed,
+        decode_b1_fraction_of_bound=b1["decode_tokens_per_s"] / bound,
+        decode_b1_fraction_of_bound_without_embedding_table=b1["decode_tokens_per_s"] * streamed / bw,
+        decode_batch_gain=batch_gain,
+        flops_counted="2 x (non-embedding matmul params + vocab x d) per token; retention's own FLOPs "
+                      "not included (retention_flops_per_token lists them per form)",
+        model_flops_per_token=flops_per_token, retention_flops_per_token=retention_flops,
+        retnet_scoring_gflops=r_gflops, pytorch_scoring_gflops=t_gflops,
+        retnet_scoring_gflops_with_retention=r_score["prefill_tokens_per_s"]
+        * (flops_per_token + retention_flops[r_score["mode"]]) / 1e9,
+        ttft_speedup=t_ttft / r_ttft["prefill_seconds"], scoring_speedup=r_score["prefill_tokens_per_s"] / t_score,
+        memory_over_weights_bytes=over, decode_latency_growth=growth)
+    return rows, derived
+
+
+def print_report(results, rows, quick):
+    m, ml, dv = results["machine"], results["machine_limits"], results["derived"]
+    g = ml["sgemm_peak_shape"]
+    print()
+    print(f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, retnet {m['retnet_commit']}"
+          f"{' (modified tree)' if m['retnet_tree_modified'] else ''}; load average "
+          f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end")
+    if m["retnet_binary_older_than_sources"]:
+        print(f"WARNING: {m['retnet_binary']} is older than the sources in include/ or tools/: rebuild it")
+    print(f"sgemm peak {ml['sgemm_peak_gflops']:.1f} GFLOP/s ({g['m']}x{g['k']}x{g['n']}, {g['layout']}, "
+          f"{ml['sgemm_peak_threads']} thr); read bandwidth {ml['read_bandwidth_gb_per_s']:.1f} GB/s "
+          f"({ml['read_bandwidth_method']}, {ml['read_bandwidth_threads']} thr)")
+    print(f"config {results['config_path']}: weights {dv['weight_bytes'] / 1e6:.1f} MB; medians of "
+          f"{results['repeat']}{' (quick sizes)' if quick else ''}; PyTorch numerics: {results['torch_numerics']}")
+    print()
+    print("| metric | retnet | PyTorch best (threads) | ratio | target | met? |")
+    print("|---|---|---|---|---|---|")
+    for name, r, t, ratio, target, ok, extra in rows:
+        ratio_s = "—" if ratio is None else f"{ratio:.2f} ×"
+        met = ("yes" if ok else "**no**") + (f" ({extra})" if extra else "")
+        print(f"| {name} | {r} | {t} | {ratio_s} | {target} | {met} |")
+    print()
+    print("ratio: how many times better retnet is (throughput ratio, PyTorch time / retnet time, or PyTorch\n"
+          "memory / retnet memory). Bandwidth bound = read bandwidth / weight bytes; a step reads "
+          f"{dv['bytes_read_per_decode_step'] / 1e6:.1f} MB\n(no embedding table), bound "
+          f"{dv['bandwidth_bound_without_embedding_table']:.1f} tok/s, batch-1 decode at "
+          f"{100 * dv['decode_b1_fraction_of_bound_without_embedding_table']:.0f} % of it. Model FLOPs: "
+          f"{dv['model_flops_per_token'] / 1e6:.1f} M/token = {dv['flops_counted']};\nwith them retnet's "
+          f"scoring runs at {dv['retnet_scoring_gflops_with_retention']:.1f} GFLOP/s.")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--retnet", default=os.path.join(ROOT, "build-rel", "tools", "retnet"))
+    ap.add_argument("--config", default=os.path.join(ROOT, "benchmarks", "configs", "base.json"))
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (median)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "compare.json"))
+    ap.add_argument("--torch-threads", default="1,2", help="PyTorch thread counts to try")
+    ap.add_argument("--retnet-threads", default="1,2", help="retnet thread counts to try")
+    ap.add_argument("--torch-numerics", choices=["consistent", "torchscale"], default="consistent",
+                    help="PyTorch model's row scales: the forms agree to rounding (consistent) or "
+                         "torchscale's own data-dependent scales as well")
+    ap.add_argument("--check-only", action="store_true", help="only check the PyTorch model's forms")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.worker:  # a child process: parameters on stdin, one JSON line on stdout
+        torch.set_num_threads(a.threads)
+        print(json.dumps(WORKERS[a.worker](json.loads(sys.stdin.read()))))
+        return
+
+    checks = run_checks()
+    if a.check_only:
+        return
+    if not os.access(a.retnet, os.X_OK):
+        raise SystemExit(f"no retnet CLI at {a.retnet}; build it (see README) or pass --retnet")
+    sizes = SIZES["quick" if a.quick else "full"]
+    cfg_dict = json.load(open(a.config))
+    cfg = Config(cfg_dict)
+    torch_threads = [int(t) for t in a.torch_threads.split(",")]
+    retnet_threads = [int(t) for t in a.retnet_threads.split(",")]
+    params = dict(config=cfg_dict, sizes=sizes, repeat=a.repeat, torchscale=a.torch_numerics == "torchscale")
+    results = dict(machine=dict(machine_info(), **binary_info(a.retnet)), config_path=os.path.abspath(a.config), config=cfg_dict,
+                   sizes=sizes, repeat=a.repeat, torch_numerics=a.torch_numerics, checks=checks)
+
+    log("machine limits (sgemm, read bandwidth)...")
+    results["machine_limits"] = measure_machine(params, torch_threads)
+    log("retnet bench runs...")
+    rn, runs = measure_retnet(a, sizes, cfg.chunk, retnet_threads)
+    results["retnet"] = dict(best=rn, runs=runs)
+    log("PyTorch runs...")
+    pt = {t: run_worker("model", t, params) for t in torch_threads}
+    pt_mem = run_worker("memory", 1, params)
+    results["pytorch"] = dict(per_threads=pt, memory=pt_mem)
+
+    rows, results["derived"] = summarize(cfg, sizes, results["machine_limits"], rn, pt, pt_mem)
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["table"] = [dict(metric=n, retnet=r, pytorch=t, ratio=q, target=g, met=bool(ok), detail=x)
+                        for n, r, t, q, g, ok, x in rows]
+    print_report(results, rows, a.quick)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"raw numbers: {a.out}")
+
+
+if __name__ == "__main__":
+    main()
