@@ -15,6 +15,7 @@
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/model/config.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using retnet::CheckpointReader;
@@ -25,25 +26,7 @@ using Shape = std::vector<int64_t>;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("retnet_checkpoint_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using retnet::testing::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);

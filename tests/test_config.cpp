@@ -11,6 +11,7 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/model/config.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -19,24 +20,7 @@ using retnet::ModelConfig;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("retnet_config_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using retnet::testing::TempDir;
 
 json good_config() {
   return {{"vocab_size", 97},

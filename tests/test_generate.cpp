@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "retnet/retnet.hpp"
+#include "temp_dir.hpp"
 
 using namespace retnet;
 
@@ -60,7 +61,8 @@ TEST(Generation, SavedStateResumesExactly) {
   params.sampler.repeat_penalty = 1.3f;
   const auto uninterrupted = f.generator.generate(kPrompt, params);
 
-  const auto path = std::filesystem::temp_directory_path() / "retnet_test_generation.state";
+  const retnet::testing::TempDir dir;
+  const auto path = dir.file("generation.state");
   {
     auto g = f.generator.prefill(f.tokenizer.encode(kPrompt), params);
     std::ofstream out(path, std::ios::binary);
@@ -69,7 +71,6 @@ TEST(Generation, SavedStateResumesExactly) {
   std::ifstream in(path, std::ios::binary);
   std::vector<GenerationState<double>> states{GenerationState<double>::load(in, f.model)};
   const auto resumed = f.generator.decode(states, params);
-  std::filesystem::remove(path);
   EXPECT_EQ(resumed.front().tokens, uninterrupted.tokens);
   EXPECT_EQ(resumed.front().text, uninterrupted.text);
 }
@@ -88,10 +89,11 @@ TEST(Generation, ExtendingAStateEqualsOneLongPrompt) {
 TEST(Generation, StreamsExactlyTheResultText) {
   Fixture f;
   std::string streamed;
-  const auto r = f.generator.generate(kPrompt, greedy(25), [&](Index b, int32_t, const std::string& s) {
-    EXPECT_EQ(b, 0);
-    streamed += s;
-  });
+  const auto r =
+      f.generator.generate(kPrompt, greedy(25), [&](Index b, int32_t, const std::string& s) {
+        EXPECT_EQ(b, 0);
+        streamed += s;
+      });
   EXPECT_EQ(streamed, r.text);
   EXPECT_EQ(r.text, f.tokenizer.decode(r.tokens));
 }

@@ -17,6 +17,7 @@
 #include "retnet/core/error.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/model/config.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using retnet::DType;
@@ -27,25 +28,7 @@ using retnet::SavedTensor;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("retnet_safetensors_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using retnet::testing::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -26,9 +26,12 @@ class FormatError : public Error {
   using Error::Error;
 };
 
-/// Throws InvalidArgument(message) unless `condition` holds.
-inline void require(bool condition, const std::string& message) {
-  if (!condition) throw InvalidArgument(message);
-}
-
 }  // namespace retnet
+
+/// Throws retnet::InvalidArgument(message) unless `condition` holds, in every build type.
+/// A macro so that the message (often built with std::to_string) is only made on failure:
+/// checks in the decoding path then cost no allocation.
+#define RETNET_REQUIRE(condition, message)                      \
+  do {                                                          \
+    if (!(condition)) throw ::retnet::InvalidArgument(message); \
+  } while (false)

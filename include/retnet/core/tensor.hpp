@@ -4,9 +4,8 @@
 #pragma once
 
 #include <Eigen/Core>
-#include <unsupported/Eigen/CXX11/Tensor>
-
 #include <cstdint>
+#include <unsupported/Eigen/CXX11/Tensor>
 
 namespace retnet {
 

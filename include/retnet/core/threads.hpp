@@ -15,7 +15,7 @@ namespace retnet {
 /// Sets the threads for everything that follows (n >= 1). Without OpenMP, only 1 is possible
 /// and larger values are accepted but have no effect.
 inline void set_num_threads(int n) {
-  require(n >= 1, "set_num_threads: threads must be >= 1, found " + std::to_string(n));
+  RETNET_REQUIRE(n >= 1, "set_num_threads: threads must be >= 1, found " + std::to_string(n));
 #ifdef _OPENMP
   omp_set_num_threads(n);
 #endif

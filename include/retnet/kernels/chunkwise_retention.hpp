@@ -18,8 +18,8 @@ template <typename Scalar>
 void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                          const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
                          Index chunk_size, RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
-  require(chunk_size >= 1,
-          "chunkwise_retention: chunk_size must be >= 1, found " + std::to_string(chunk_size));
+  RETNET_REQUIRE(chunk_size >= 1, "chunkwise_retention: chunk_size must be >= 1, found " +
+                                      std::to_string(chunk_size));
   const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;

@@ -31,9 +31,9 @@ void recurrent_retention_step(const Tensor3<Scalar>& q, const Tensor3<Scalar>& k
                               RetentionState<Scalar>& state, Tensor3<Scalar>& out) {
   const auto& qd = q.dimensions();
   const Index batch = qd[0], heads = qd[1], dk = qd[2], dv = v.dimension(2);
-  require(k.dimensions() == qd, "recurrent_retention_step: k's shape differs from q's");
-  require(v.dimension(0) == batch && v.dimension(1) == heads,
-          "recurrent_retention_step: v's [batch, heads] differ from q's");
+  RETNET_REQUIRE(k.dimensions() == qd, "recurrent_retention_step: k's shape differs from q's");
+  RETNET_REQUIRE(v.dimension(0) == batch && v.dimension(1) == heads,
+                 "recurrent_retention_step: v's [batch, heads] differ from q's");
   detail::check_decays(decays, heads, "recurrent_retention_step");
   detail::prepare_state(state, batch, heads, dk, dv);
   if (out.dimension(0) != batch || out.dimension(1) != heads || out.dimension(2) != dv)

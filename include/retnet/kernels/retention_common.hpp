@@ -42,13 +42,13 @@ inline std::string shape_string(const Eigen::DSizes<Index, 4>& d) {
 /// Checks that there is one decay per head and that each lies in (0, 1].
 template <typename Scalar>
 void check_decays(const std::vector<Scalar>& decays, Index heads, const std::string& where) {
-  require(static_cast<Index>(decays.size()) == heads,
-          where + ": decays has " + std::to_string(decays.size()) +
-              " entries, expected one per head (" + std::to_string(heads) + ")");
+  RETNET_REQUIRE(static_cast<Index>(decays.size()) == heads,
+                 where + ": decays has " + std::to_string(decays.size()) +
+                     " entries, expected one per head (" + std::to_string(heads) + ")");
   for (size_t h = 0; h < decays.size(); ++h) {
-    require(std::isfinite(decays[h]) && decays[h] > Scalar(0) && decays[h] <= Scalar(1),
-            where + ": decays[" + std::to_string(h) + "] = " + std::to_string(double(decays[h])) +
-                " is outside (0, 1]");
+    RETNET_REQUIRE(std::isfinite(decays[h]) && decays[h] > Scalar(0) && decays[h] <= Scalar(1),
+                   where + ": decays[" + std::to_string(h) +
+                       "] = " + std::to_string(double(decays[h])) + " is outside (0, 1]");
   }
 }
 
@@ -60,12 +60,12 @@ std::array<Index, 5> check_retention_args(const Tensor4<Scalar>& q, const Tensor
   const auto& qd = q.dimensions();
   const auto& kd = k.dimensions();
   const auto& vd = v.dimensions();
-  require(kd == qd, "retention: k has shape " + shape_string(kd) + ", expected q's shape " +
-                        shape_string(qd));
-  require(vd[0] == qd[0] && vd[1] == qd[1] && vd[2] == qd[2],
-          "retention: v has shape " + shape_string(vd) + ", expected [batch, heads, time] = [" +
-              std::to_string(qd[0]) + ", " + std::to_string(qd[1]) + ", " + std::to_string(qd[2]) +
-              "] like q");
+  RETNET_REQUIRE(kd == qd, "retention: k has shape " + shape_string(kd) + ", expected q's shape " +
+                               shape_string(qd));
+  RETNET_REQUIRE(vd[0] == qd[0] && vd[1] == qd[1] && vd[2] == qd[2],
+                 "retention: v has shape " + shape_string(vd) +
+                     ", expected [batch, heads, time] = [" + std::to_string(qd[0]) + ", " +
+                     std::to_string(qd[1]) + ", " + std::to_string(qd[2]) + "] like q");
   check_decays(decays, qd[1], "retention");
   return {qd[0], qd[1], qd[2], qd[3], vd[3]};
 }
@@ -79,9 +79,9 @@ void prepare_state(RetentionState<Scalar>& state, Index batch, Index heads, Inde
     state.setZero();
     return;
   }
-  require(state.dimensions() == expected, "retention: state has shape " +
-                                              shape_string(state.dimensions()) + ", expected " +
-                                              shape_string(expected));
+  RETNET_REQUIRE(state.dimensions() == expected, "retention: state has shape " +
+                                                     shape_string(state.dimensions()) +
+                                                     ", expected " + shape_string(expected));
 }
 
 /// Gives `t` shape [a, b, c, d], reallocating only when the size changes (no per-token allocation).

@@ -108,9 +108,9 @@ class MultiScaleRetention {
 
     switch (form) {
       case Form::kParallel:
-        require(state.size() == 0 || is_zero(state),
-                "MultiScaleRetention: the parallel form starts from an empty state; use the "
-                "chunkwise or recurrent form to continue a sequence");
+        RETNET_REQUIRE(state.size() == 0 || is_zero(state),
+                       "MultiScaleRetention: the parallel form starts from an empty state; use the "
+                       "chunkwise or recurrent form to continue a sequence");
         parallel_retention(s.qh, s.kh, s.vh, decays_, &state, s.oh);
         break;
       case Form::kChunkwise:

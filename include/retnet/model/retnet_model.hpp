@@ -40,7 +40,7 @@ class RetNetModel {
 
   /// A zero state for `batch` sequences at position 0.
   ModelState<Scalar> new_state(Index batch) const {
-    require(batch >= 1, "new_state: batch must be >= 1, found " + std::to_string(batch));
+    RETNET_REQUIRE(batch >= 1, "new_state: batch must be >= 1, found " + std::to_string(batch));
     ModelState<Scalar> s;
     s.positions.assign(static_cast<size_t>(batch), 0);
     for (const auto& layer : layers_) {
@@ -64,8 +64,9 @@ class RetNetModel {
     if (mode == LogitsMode::kLast) logits.resize(batch, vocab);
     if (form == Form::kParallel) {
       for (int64_t p : state.positions)
-        require(p == 0, "forward: the parallel form starts from a fresh state (position " +
-                            std::to_string(p) + " given); use chunkwise or recurrent to continue");
+        RETNET_REQUIRE(p == 0, "forward: the parallel form starts from a fresh state (position " +
+                                   std::to_string(p) +
+                                   " given); use chunkwise or recurrent to continue");
     }
     run_segments(
         tokens, form, chunk_size, state,
@@ -120,9 +121,9 @@ class RetNetModel {
     const Index batch = tokens.rows(), time = tokens.cols();
     check_state(state, batch);
     for (Index i = 0; i < tokens.size(); ++i)
-      require(tokens.data()[i] >= 0 && tokens.data()[i] < config_.vocab_size,
-              "forward: token id " + std::to_string(tokens.data()[i]) + " is outside [0, " +
-                  std::to_string(config_.vocab_size) + ")");
+      RETNET_REQUIRE(tokens.data()[i] >= 0 && tokens.data()[i] < config_.vocab_size,
+                     "forward: token id " + std::to_string(tokens.data()[i]) + " is outside [0, " +
+                         std::to_string(config_.vocab_size) + ")");
     if (chunk_size <= 0) chunk_size = config_.chunk_size;
     const Index segment = form == Form::kParallel    ? std::max<Index>(time, 1)
                           : form == Form::kRecurrent ? 1
@@ -194,38 +195,40 @@ class RetNetModel {
   }
 
   void check_state(const ModelState<Scalar>& state, Index batch) const {
-    require(state.batch() == batch, "forward: state has batch " + std::to_string(state.batch()) +
-                                        ", tokens have batch " + std::to_string(batch));
-    require(state.layers.size() == layers_.size(),
-            "forward: state has " + std::to_string(state.layers.size()) + " layers, model has " +
-                std::to_string(layers_.size()));
+    RETNET_REQUIRE(state.batch() == batch, "forward: state has batch " +
+                                               std::to_string(state.batch()) +
+                                               ", tokens have batch " + std::to_string(batch));
+    RETNET_REQUIRE(state.layers.size() == layers_.size(),
+                   "forward: state has " + std::to_string(state.layers.size()) +
+                       " layers, model has " + std::to_string(layers_.size()));
     for (size_t l = 0; l < layers_.size(); ++l) {
       const auto& dims = state.layers[l].dimensions();
-      require(dims[0] == batch && dims[1] == config_.heads && dims[2] == config_.key_head_dim() &&
-                  dims[3] == layers_[l].retention().state_columns(),
-              "forward: state of layer " + std::to_string(l) + " has shape " +
-                  detail::shape_string(dims) + ", expected [" + std::to_string(batch) + ", " +
-                  std::to_string(config_.heads) + ", " + std::to_string(config_.key_head_dim()) +
-                  ", " + std::to_string(layers_[l].retention().state_columns()) + "]");
+      RETNET_REQUIRE(
+          dims[0] == batch && dims[1] == config_.heads && dims[2] == config_.key_head_dim() &&
+              dims[3] == layers_[l].retention().state_columns(),
+          "forward: state of layer " + std::to_string(l) + " has shape " +
+              detail::shape_string(dims) + ", expected [" + std::to_string(batch) + ", " +
+              std::to_string(config_.heads) + ", " + std::to_string(config_.key_head_dim()) + ", " +
+              std::to_string(layers_[l].retention().state_columns()) + "]");
     }
   }
 
   void check_shapes() const {
-    require(static_cast<int64_t>(weights_->layers.size()) == config_.layers,
-            "RetNetModel: weights have " + std::to_string(weights_->layers.size()) +
-                " layers, config says " + std::to_string(config_.layers));
-    weights_->visit(config_,
-                    [](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
-                      const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
-                      require(t.rows() == rows && t.cols() == cols,
-                              "RetNetModel: weight " + name + " is " + std::to_string(t.rows()) +
-                                  "x" + std::to_string(t.cols()) + ", expected " +
-                                  std::to_string(rows) + "x" + std::to_string(cols));
-                    });
+    RETNET_REQUIRE(static_cast<int64_t>(weights_->layers.size()) == config_.layers,
+                   "RetNetModel: weights have " + std::to_string(weights_->layers.size()) +
+                       " layers, config says " + std::to_string(config_.layers));
+    weights_->visit(
+        config_, [](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
+          const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+          RETNET_REQUIRE(t.rows() == rows && t.cols() == cols,
+                         "RetNetModel: weight " + name + " is " + std::to_string(t.rows()) + "x" +
+                             std::to_string(t.cols()) + ", expected " + std::to_string(rows) + "x" +
+                             std::to_string(cols));
+        });
     if (weights_->output.size())
-      require(weights_->output.rows() == config_.vocab_size &&
-                  weights_->output.cols() == config_.embed_dim,
-              "RetNetModel: output projection has the wrong shape");
+      RETNET_REQUIRE(weights_->output.rows() == config_.vocab_size &&
+                         weights_->output.cols() == config_.embed_dim,
+                     "RetNetModel: output projection has the wrong shape");
   }
 
   ModelConfig config_;

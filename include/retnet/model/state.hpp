@@ -31,8 +31,8 @@ struct ModelState {
 
   /// Batch entry `b` alone, as a batch of one.
   ModelState select(Index b) const {
-    require(b >= 0 && b < batch(), "ModelState::select: batch entry " + std::to_string(b) +
-                                       " is outside [0, " + std::to_string(batch()) + ")");
+    RETNET_REQUIRE(b >= 0 && b < batch(), "ModelState::select: batch entry " + std::to_string(b) +
+                                              " is outside [0, " + std::to_string(batch()) + ")");
     ModelState out;
     out.positions = {positions[b]};
     for (const auto& s : layers) {
@@ -46,12 +46,12 @@ struct ModelState {
 
   /// The batch entries of `parts`, in order, as one state (all must come from one model).
   static ModelState concatenate(const std::vector<ModelState>& parts) {
-    require(!parts.empty(), "ModelState::concatenate: no states given");
+    RETNET_REQUIRE(!parts.empty(), "ModelState::concatenate: no states given");
     ModelState out;
     Index total = 0;
     for (const auto& p : parts) {
-      require(p.layers.size() == parts[0].layers.size(),
-              "ModelState::concatenate: states have different numbers of layers");
+      RETNET_REQUIRE(p.layers.size() == parts[0].layers.size(),
+                     "ModelState::concatenate: states have different numbers of layers");
       total += p.batch();
       out.positions.insert(out.positions.end(), p.positions.begin(), p.positions.end());
     }
@@ -61,9 +61,10 @@ struct ModelState {
       Scalar* dst = s.data();
       for (const auto& p : parts) {
         const auto& src = p.layers[l];
-        require(src.dimension(1) == first.dimension(1) && src.dimension(2) == first.dimension(2) &&
-                    src.dimension(3) == first.dimension(3),
-                "ModelState::concatenate: layer " + std::to_string(l) + " shapes differ");
+        RETNET_REQUIRE(src.dimension(1) == first.dimension(1) &&
+                           src.dimension(2) == first.dimension(2) &&
+                           src.dimension(3) == first.dimension(3),
+                       "ModelState::concatenate: layer " + std::to_string(l) + " shapes differ");
         dst = std::copy_n(src.data(), src.size(), dst);
       }
       out.layers.push_back(std::move(s));
@@ -76,7 +77,7 @@ struct ModelState {
   static constexpr uint32_t kVersion = 1;
 
   void save(std::ostream& out) const {
-    require(!layers.empty(), "ModelState::save: empty state");
+    RETNET_REQUIRE(!layers.empty(), "ModelState::save: empty state");
     const auto& d = layers[0].dimensions();
     out.write("RETNETST", 8);
     put<uint32_t>(out, kVersion);

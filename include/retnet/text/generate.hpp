@@ -92,7 +92,7 @@ class Generator {
   /// decoding starts from.
   GenerationState<Scalar> prefill(const std::vector<int32_t>& prompt,
                                   const GenerationParams& params) {
-    require(!prompt.empty(), "generate: the prompt must have at least one token");
+    RETNET_REQUIRE(!prompt.empty(), "generate: the prompt must have at least one token");
     GenerationState<Scalar> g;
     g.model = model_.new_state(1);
     const Index n = static_cast<Index>(prompt.size()) - 1;
@@ -133,7 +133,7 @@ class Generator {
   std::vector<GenerationResult> generate_batch(const std::vector<std::string>& prompts,
                                                const GenerationParams& params,
                                                const TokenCallback& on_token = {}) {
-    require(!prompts.empty(), "generate: no prompts given");
+    RETNET_REQUIRE(!prompts.empty(), "generate: no prompts given");
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<GenerationState<Scalar>> states;
     std::vector<int64_t> prompt_tokens;

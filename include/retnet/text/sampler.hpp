@@ -25,19 +25,19 @@ struct SamplerParams {
 
   /// Throws InvalidArgument naming the first invalid field.
   void validate() const {
-    require(
+    RETNET_REQUIRE(
         std::isfinite(temperature) && temperature >= 0.0f,
         "SamplerParams: temperature must be finite and >= 0, got " + std::to_string(temperature));
-    require(top_k >= 0,
-            "SamplerParams: top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
+    RETNET_REQUIRE(top_k >= 0,
+                   "SamplerParams: top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
     // Written so that NaN fails too.
-    require(top_p > 0.0f && top_p <= 1.0f,
-            "SamplerParams: top_p must be in (0, 1], got " + std::to_string(top_p));
-    require(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f,
-            "SamplerParams: repeat_penalty must be finite and > 0, got " +
-                std::to_string(repeat_penalty));
-    require(repeat_last_n >= 0, "SamplerParams: repeat_last_n must be >= 0 (0 = off), got " +
-                                    std::to_string(repeat_last_n));
+    RETNET_REQUIRE(top_p > 0.0f && top_p <= 1.0f,
+                   "SamplerParams: top_p must be in (0, 1], got " + std::to_string(top_p));
+    RETNET_REQUIRE(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f,
+                   "SamplerParams: repeat_penalty must be finite and > 0, got " +
+                       std::to_string(repeat_penalty));
+    RETNET_REQUIRE(repeat_last_n >= 0, "SamplerParams: repeat_last_n must be >= 0 (0 = off), got " +
+                                           std::to_string(repeat_last_n));
   }
 };
 
