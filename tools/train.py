@@ -21,7 +21,19 @@ true absolute positions, so the model trains in the same steady state in which t
 text is scored (one continuous sequence). Streams restart at fresh random offsets every
 `segment` bytes.
 """
-import argparse, json, math, os, struct, sys, time
+import argparse, ctypes, json, math, os, struct, sys, time
+
+# One thread: torch.set_num_threads(1) below limits torch's own pool, but Debian's torch calls
+# OpenBLAS (pthread build), which starts its own threads unless told before it is loaded.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+try:   # keep freed activations in the heap (no mmap/munmap page-fault storm every step)
+    _libc = ctypes.CDLL("libc.so.6")
+    _libc.mallopt(-3, 32 << 20)        # M_MMAP_THRESHOLD: the largest allowed value, 32 MiB
+    _libc.mallopt(-1, 1 << 40)         # M_TRIM_THRESHOLD: never give the heap back
+    _libc.mallopt(-2, 256 << 20)       # M_TOP_PAD
+except OSError:
+    pass
 
 import numpy as np
 import torch
@@ -80,10 +92,10 @@ class Tables:
         self.cache = {}
 
     def rot(self, pos0, T, dtype):
-        """cos, sin [T, dk] for absolute positions pos0 .. pos0+T-1 (pair-interleaved)."""
+        """exp(i n angle_j) [T, 1, dk/2] (complex) for absolute positions pos0 .. pos0+T-1."""
         ang = (np.arange(pos0, pos0 + T, dtype=np.float64)[:, None] * self.angle)  # [T, dk/2]
-        ang = np.repeat(ang, 2, axis=1)
-        return (torch.tensor(np.cos(ang), dtype=dtype), torch.tensor(np.sin(ang), dtype=dtype))
+        cdt = torch.complex128 if dtype == torch.float64 else torch.complex64
+        return torch.tensor(np.exp(1j * ang), dtype=cdt)[:, None, :]
 
     def chunk(self, C, dtype):
         key = (C, dtype)
@@ -107,11 +119,12 @@ class Tables:
         return torch.tensor(1 / np.sqrt(c), dtype=dtype)
 
 
-def rotate(x, cos, sin):
-    """x [..., T, dk]: pairs (2i, 2i+1) turn: (a,b) -> (a cos - b sin, b cos + a sin)."""
-    x2 = x.unflatten(-1, (-1, 2))
-    r = torch.stack((-x2[..., 1], x2[..., 0]), dim=-1).flatten(-2)
-    return x * cos + r * sin
+def rotate(x, rot):
+    """x [B, T, H, dk] -> [B, H, T, dk]: each pair (2i, 2i+1) = (a, b) read as the complex
+    number a + ib and multiplied by exp(i n angle_i): (a cos - b sin, b cos + a sin)."""
+    B, T, H, dk = x.shape
+    xc = torch.view_as_complex(x.reshape(B, T, H, dk // 2, 2))
+    return torch.view_as_real(xc * rot).reshape(B, T, H, dk).transpose(1, 2)
 
 
 def retention(q, k, v, state, pos0, C, tab):
@@ -163,6 +176,33 @@ def retention(q, k, v, state, pos0, C, tab):
     return o, (S, z)
 
 
+class LinearSplit(torch.autograd.Function):
+    """F.linear(x, W).split(sizes, -1), with a backward that assembles the output gradient by
+    plain copies (torch 1.13's cat/split backward is very slow on this CPU for these shapes)."""
+
+    @staticmethod
+    def forward(ctx, x, W, sizes):
+        ctx.save_for_backward(x, W)
+        ctx.sizes = sizes
+        return tuple(F.linear(x, W).split(sizes, -1))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        x, W = ctx.saved_tensors
+        G = x.new_empty(x.shape[:-1] + (W.shape[0],))
+        o = 0
+        for g, n in zip(grads, ctx.sizes):
+            if g is None:
+                G[..., o:o + n].zero_()
+            else:
+                G[..., o:o + n].copy_(g)
+            o += n
+        G2 = G.reshape(-1, W.shape[0])
+        gx = (G2 @ W).view(x.shape) if ctx.needs_input_grad[0] else None
+        gW = G2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        return gx, gW, None
+
+
 class RetNet(torch.nn.Module):
     """Fused projections: qkvg = [q; k; v; g] and ffn_in = [fc1; gate]; split on export."""
 
@@ -184,6 +224,11 @@ class RetNet(torch.nn.Module):
         self.ln_f = P(torch.ones(d))
         self.lm_head = P(torch.randn(V, d) * d ** -0.5 * 0.5)
 
+    dropout = 0.0   # training only: on each block's output (before the residual add)
+
+    def drop(self, x):
+        return F.dropout(x, self.dropout, self.training) if self.dropout > 0 else x
+
     def act(self, x):
         return F.silu(x) if self.cfg.activation_fn == "swish" else F.gelu(x)
 
@@ -194,22 +239,21 @@ class RetNet(torch.nn.Module):
         dk, dv, eps = d // H, Dv // H, cfg.layernorm_eps
         B, T = tokens.shape
         x = self.embed[tokens]
-        cos, sin = self.tab.rot(pos0, T, x.dtype)
+        rot = self.tab.rot(pos0, T, x.dtype)
         new_state = []
         for l in range(cfg.decoder_layers):
             h = rms_norm(x, eps, self.ln_ret[l])
-            qkvg = F.linear(h, self.qkvg[l])
-            q, k, v, g = qkvg.split([d, d, Dv, Dv], -1)
-            q = rotate(q.view(B, T, H, dk).transpose(1, 2), cos, sin)
-            k = rotate(k.view(B, T, H, dk).transpose(1, 2) * dk ** -0.5, cos, sin)
+            q, k, v, g = LinearSplit.apply(h, self.qkvg[l], [d, d, Dv, Dv])
+            q = rotate(q.view(B, T, H, dk), rot)
+            k = rotate(k.view(B, T, H, dk) * dk ** -0.5, rot)
             v = v.view(B, T, H, dv).transpose(1, 2)
             o, st = retention(q, k, v, None if state is None else state[l], pos0, chunk, self.tab)
             new_state.append(st)
             o = rms_norm(o, eps).transpose(1, 2).reshape(B, T, Dv)
-            x = x + F.linear(F.silu(g) * o, self.out[l])
+            x = x + self.drop(F.linear(F.silu(g) * o, self.out[l]))
             h = rms_norm(x, eps, self.ln_ffn[l])
-            f1, gt = F.linear(h, self.ffn_in[l]).chunk(2, -1)
-            x = x + F.linear(self.act(f1) * gt, self.ffn_out[l])
+            f1, gt = LinearSplit.apply(h, self.ffn_in[l], [cfg.decoder_ffn_embed_dim] * 2)
+            x = x + self.drop(F.linear(self.act(f1) * gt, self.ffn_out[l]))
         x = rms_norm(x, eps, self.ln_f)
         return F.linear(x, self.lm_head), new_state
 
@@ -373,6 +417,11 @@ def train(a):
                  decoder_ffn_embed_dim=a.ffn, decoder_layers=a.layers, activation_fn=a.act,
                  recurrent_chunk_size=a.chunk)
     model = RetNet(cfg)
+    if a.init:  # continue from an exported model (a second stage); its config wins
+        cfg = Config(**json.load(open(os.path.join(a.init, "config.json"))))
+        model = RetNet(cfg)
+        model.load_tensors(load_safetensors(os.path.join(a.init, "model.safetensors")))
+    model.dropout = a.dropout
     nparam = sum(p.numel() for p in model.parameters())
     log = open(a.log, "w") if a.log else None
 
@@ -504,11 +553,13 @@ def main():
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--min_lr", type=float, default=0.05, help="final lr as a fraction of --lr")
     t.add_argument("--wd", type=float, default=0.1)
+    t.add_argument("--dropout", type=float, default=0.1)
     t.add_argument("--clip", type=float, default=1.0)
     t.add_argument("--warmup", type=int, default=100)
     t.add_argument("--minutes", type=float, default=40)
     t.add_argument("--max_steps", type=int, default=10 ** 9)
     t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--init", default="", help="start from this model folder's weights")
     t.add_argument("--log_every", type=int, default=10)
     t.add_argument("--eval_every", type=int, default=200)
     t.add_argument("--eval_bytes", type=int, default=16384)
