@@ -1,7 +1,8 @@
 // libFuzzer target: treats the input as a whole safetensors file held in memory, parses
 // its header and reads every (bounded) tensor as float, then loads it as the weights of a
-// tiny model (prefix detection, names, shapes, leftovers) through the model loader. Only retnet::Error may escape the
-// library; anything else (crash, sanitizer report, other exception) is a finding.
+// tiny model (prefix detection, names, shapes, leftovers) through the model loader. Only
+// retnet::Error may escape the library; anything else (crash, sanitizer report, other exception) is
+// a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
