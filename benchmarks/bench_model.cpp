@@ -21,6 +21,8 @@
 #include <random>
 #include <retnet/retnet.hpp>
 
+#include "bench_common.hpp"
+
 namespace {
 
 using retnet::Form;
@@ -28,8 +30,7 @@ using retnet::Index;
 using retnet::Matrix;
 
 struct Shared {
-  retnet::ModelConfig config =
-      retnet::ModelConfig::load(RETNET_SOURCE_DIR "/benchmarks/configs/base.json");
+  retnet::ModelConfig config = retnet_bench::base_config();
   retnet::RetNetModel<float> model{config, retnet::ModelWeights<float>::random(config, 1)};
   std::map<Index, retnet::ModelState<float>> prefilled;  // state after `context` tokens
 };
@@ -39,17 +40,9 @@ Shared& shared() {
   return s;
 }
 
-using Clock = std::chrono::steady_clock;
-
-/// Wall-clock milliseconds per iteration of the loop that started at `started` (one token each).
-double ms_per_iteration(const benchmark::State& state, Clock::time_point started) {
-  const std::chrono::duration<double, std::milli> elapsed = Clock::now() - started;
-  return elapsed.count() / double(std::max<benchmark::IterationCount>(state.iterations(), 1));
-}
-
-int32_t token_at(int64_t position, int64_t vocab) {
-  return static_cast<int32_t>((position * 7919 + 13) % vocab);  // a fixed pseudo-random stream
-}
+using retnet_bench::Clock;
+using retnet_bench::ms_per_iteration;
+using retnet_bench::token_at;
 
 retnet::TokenMatrix prompt(Index start, Index time, int64_t vocab) {
   retnet::TokenMatrix tokens(1, time);

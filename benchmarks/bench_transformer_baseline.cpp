@@ -16,6 +16,7 @@
 #include <memory>
 #include <retnet/retnet.hpp>
 
+#include "bench_common.hpp"
 #include "transformer_baseline.hpp"
 
 namespace {
@@ -29,23 +30,11 @@ using retnet_baseline::TransformerWeights;
 
 constexpr Index kMaxContext = 8192;
 
-const retnet::ModelConfig& base_config() {
-  static const retnet::ModelConfig c =
-      retnet::ModelConfig::load(RETNET_SOURCE_DIR "/benchmarks/configs/base.json");
-  return c;
-}
+using retnet_bench::base_config;
 
-using Clock = std::chrono::steady_clock;
-
-/// Wall-clock milliseconds per iteration of the loop that started at `started` (one token each).
-double ms_per_iteration(const benchmark::State& state, Clock::time_point started) {
-  const std::chrono::duration<double, std::milli> elapsed = Clock::now() - started;
-  return elapsed.count() / double(std::max<benchmark::IterationCount>(state.iterations(), 1));
-}
-
-int32_t token_at(int64_t position, int64_t vocab) {
-  return static_cast<int32_t>((position * 7919 + 13) % vocab);  // a fixed pseudo-random stream
-}
+using retnet_bench::Clock;
+using retnet_bench::ms_per_iteration;
+using retnet_bench::token_at;
 
 // ---- Transformer ---------------------------------------------------------------------------
 
