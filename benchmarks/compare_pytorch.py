@@ -62,6 +62,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from retnet_bench import run_retnet
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 
@@ -688,7 +690,7 @@ def current_rss():
 
 
 def peak_rss():
-    """VmHWM, this process image's peak RSS (ru_maxrss would include the parent's, see VIA_SHELL)."""
+    """VmHWM, this process image's peak RSS (ru_maxrss would include the parent's)."""
     return proc_status("VmHWM")
 
 
@@ -716,22 +718,8 @@ def run_worker(task, threads, params):
 # retnet runs
 # =============================================================================================
 
-# `retnet bench` reports getrusage's ru_maxrss, which Linux carries across exec: a process
-# started straight from this (large) Python process would report Python's peak RSS as its own.
-# A shell in between forks the CLI from a small process instead.
-VIA_SHELL = ["/bin/sh", "-c", '"$0" "$@"; exit $?']
 
 
-def run_retnet(cli, config, threads, repeat, **flags):
-    args = [cli, "bench", "--config", config, "--threads", str(threads), "--repeat", str(repeat), "--json"]
-    for k, v in flags.items():
-        args += ["--" + k.replace("_", "-"), str(v)]
-    proc = subprocess.run(VIA_SHELL + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["command"] = " ".join(args[1:])
-    return result
 
 
 def best_retnet(cli, config, threads_list, repeat, key, maximize, runs, label, **flags):

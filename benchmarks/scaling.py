@@ -29,28 +29,16 @@ import re
 import subprocess
 import sys
 
+from retnet_bench import run_retnet
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# `retnet bench` reports getrusage's ru_maxrss, which Linux carries across exec: a CLI started
-# straight from this Python process would report at least Python's peak RSS. A shell in between
-# forks it from a small process instead.
-VIA_SHELL = ["/bin/sh", "-c", '"$0" "$@"; exit $?']
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def bench(cli, config, threads, repeat, **flags):
-    args = [cli, "bench", "--config", config, "--threads", str(threads), "--repeat", str(repeat), "--json"]
-    for k, v in flags.items():
-        args += ["--" + k.replace("_", "-"), str(v)]
-    proc = subprocess.run(VIA_SHELL + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["command"] = " ".join(args[1:])
-    return result
 
 
 def context_of(entry):
@@ -136,7 +124,7 @@ def main():
     prompt = []
     for mode in a.modes.split(","):
         for T in lengths:
-            r = bench(a.retnet, a.config, a.threads, a.repeat, prompt_len=T, gen_len=0, mode=mode,
+            r = run_retnet(a.retnet, a.config, a.threads, a.repeat, prompt_len=T, gen_len=0, mode=mode,
                       logits=a.logits)
             prompt.append(r)
             log(f"  prompt {mode:9s} T={T:5d}: {r['prefill_tokens_per_s']:9.0f} tokens/s, "
@@ -145,7 +133,7 @@ def main():
 
     decode = []
     for c in contexts:
-        r = bench(a.retnet, a.config, a.threads, a.repeat, prompt_len=c, gen_len=a.decode_steps,
+        r = run_retnet(a.retnet, a.config, a.threads, a.repeat, prompt_len=c, gen_len=a.decode_steps,
                   mode="chunkwise", logits="last")
         decode.append(dict(r, context=c))
         log(f"  decode after {c:5d}: {r['decode_ms_per_step']:.2f} ms/step, state {r['state_bytes'] / 1e6:.2f} MB")
