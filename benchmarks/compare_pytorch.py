@@ -51,7 +51,6 @@ import math
 import os
 import platform
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from retnet_bench import run_retnet
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from safetensors_io import load_safetensors, save_safetensors  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -454,42 +456,10 @@ class RetNetDecoder(nn.Module):
 # Correctness checks of the PyTorch model
 # =============================================================================================
 
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    kinds = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        buf = raw[8 + n + a:8 + n + b]
-        if info["dtype"] == "BF16":
-            arr = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            arr = np.frombuffer(buf, kinds[info["dtype"]])
-        out[name] = torch.from_numpy(arr.astype(np.float32).reshape(info["shape"]))
-    return out
-
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def load_model_dir(model_dir, dtype=torch.float32, torchscale=False):
     cfg_dict = json.load(open(os.path.join(model_dir, "config.json")))
     model = RetNetDecoder(Config(cfg_dict), dtype, torchscale)
-    weights = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    weights = load_safetensors(os.path.join(model_dir, "model.safetensors"))
     prefix = next(p for p in ("model.", "decoder.", "") if p + "embed_tokens.weight" in weights)
     sd = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     if "lm_head.weight" in weights:
@@ -567,7 +537,7 @@ def run_checks(verbose=True):
             if ref_logits is None:  # the same weights both times: run the reference once
                 with tempfile.TemporaryDirectory() as d:
                     json.dump(tiny, open(os.path.join(d, "config.json"), "w"))
-                    write_safetensors(os.path.join(d, "model.safetensors"), model.state_dict())
+                    save_safetensors(os.path.join(d, "model.safetensors"), model.state_dict())
                     subprocess.run(["/usr/bin/python3", ref, d, "--tokens", ",".join(map(str, tokens[0].tolist())),
                                     "--out", os.path.join(d, "ref.npy")], check=True)
                     ref_logits = torch.from_numpy(np.load(os.path.join(d, "ref.npy")))

@@ -9,15 +9,20 @@ namespace retnet {
 
 namespace detail {
 
-/// One step of one head: S = gamma S + kᵀ v, o = q S. S is dk x dv row-major.
+/// One step of one head: S = gamma S + kᵀ v, o = q S. S is dk x dv row-major. Row by row, so
+/// the state (dk·dv values, larger than L1) is read and written once per step:
+///     S_i = gamma S_i + k_i v,   o += q_i S_i.
 template <typename Scalar>
 void recurrent_step_head(const Scalar* q, const Scalar* k, const Scalar* v, Scalar gamma, Index dk,
                          Index dv, Scalar* state, Scalar* out) {
-  MatrixMap<Scalar> s(state, dk, dv);
-  Eigen::Map<const RowVector<Scalar>> qv(q, dk), kv(k, dk), vv(v, dv);
-  s *= gamma;
-  s.noalias() += kv.transpose() * vv;
-  Eigen::Map<RowVector<Scalar>>(out, dv).noalias() = qv * s;
+  Eigen::Map<const RowVector<Scalar>> vv(v, dv);
+  Eigen::Map<RowVector<Scalar>> o(out, dv);
+  o.setZero();
+  for (Index i = 0; i < dk; ++i) {
+    Eigen::Map<RowVector<Scalar>> s(state + i * dv, dv);
+    s = gamma * s + k[i] * vv;
+    o += q[i] * s;
+  }
 }
 
 }  // namespace detail
@@ -38,6 +43,9 @@ void recurrent_retention_step(const Tensor3<Scalar>& q, const Tensor3<Scalar>& k
   detail::prepare_state(state, batch, heads, dk, dv);
   if (out.dimension(0) != batch || out.dimension(1) != heads || out.dimension(2) != dv)
     out.resize(batch, heads, dv);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (batch * heads > 1)
+#endif
   for (Index bh = 0; bh < batch * heads; ++bh) {
     detail::recurrent_step_head(q.data() + bh * dk, k.data() + bh * dk, v.data() + bh * dv,
                                 decays[bh % heads], dk, dv, state.data() + bh * dk * dv,

@@ -11,35 +11,108 @@
 
 namespace retnet {
 
+namespace detail {
+
+/// The MR x NR block y[i, r] = x[i, :] · w[r, :] (MR rows of x, NR rows of w, length k), with
+/// the MR·NR sums in SIMD registers: each packet of w loaded serves MR rows of x and each packet
+/// of x serves NR rows of w. `ahead` (may be null) is a later row block of w to prefetch while
+/// this one computes: the hardware prefetcher alone does not keep NR interleaved streams fed.
+template <int MR, int NR, typename Scalar>
+void dot_block(const Scalar* x, Index x_stride, const Scalar* w, const Scalar* ahead, Index k,
+               Scalar* y, Index y_stride) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<Scalar>::type;
+  constexpr Index kLanes = ei::packet_traits<Scalar>::size;
+  Packet acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = ei::pset1<Packet>(Scalar(0));
+  Index p = 0;
+  for (; p + kLanes <= k; p += kLanes) {
+    Packet wp[NR];
+    for (int r = 0; r < NR; ++r) {
+      wp[r] = ei::ploadu<Packet>(w + r * k + p);
+#if defined(__GNUC__)
+      if (ahead) __builtin_prefetch(ahead + r * k + p);
+#endif
+    }
+    for (int i = 0; i < MR; ++i) {
+      const Packet xp = ei::ploadu<Packet>(x + i * x_stride + p);
+      for (int r = 0; r < NR; ++r) acc[i][r] = ei::pmadd(xp, wp[r], acc[i][r]);
+    }
+  }
+  // Lanes summed from memory: ei::predux on AVX-512 doubles trips a false GCC 12
+  // -Wuninitialized inside the intrinsics header.
+  Scalar lanes[kLanes];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) {
+      ei::pstoreu(lanes, acc[i][r]);
+      Scalar sum = 0;
+      for (Index l = 0; l < kLanes; ++l) sum += lanes[l];
+      for (Index q = p; q < k; ++q) sum += x[i * x_stride + q] * w[r * k + q];
+      y[i * y_stride + r] = sum;
+    }
+}
+
+/// Columns [begin, end) of y = x Wᵀ for few rows of x. One row: plain dot products, one
+/// sequential stream of W that the hardware prefetcher follows. More rows: blocks of 6 rows of
+/// W (in L1 while used), met by pairs of x rows (12 sums in registers), with the block 12 rows
+/// ahead prefetched. The shape was picked by a sweep over the base config's decode matrices at
+/// batch 8 (2 x 6 ran 5-25 % faster than 8 x 2, 4 x 4, 4 x 6 and 2 x 8); against Eigen's lazy
+/// product see BM_DecodeProduct in benchmarks/bench_kernels.cpp.
+template <typename Scalar>
+void few_rows_product(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Matrix<Scalar>& y,
+                      Index begin, Index end) {
+  const Index m = x.rows(), k = x.cols(), ys = y.cols();
+  const Scalar* xd = x.data();
+  Scalar* yd = y.data();
+  const auto row = [&](Index j) { return weight.data() + j * k; };
+  if (m == 1) {
+    for (Index j = begin; j < end; ++j)
+      dot_block<1, 1, Scalar>(xd, k, row(j), nullptr, k, yd + j, ys);
+    return;
+  }
+  constexpr int kRowsW = 6;
+  constexpr Index kAhead = 2 * kRowsW;
+  Index j = begin;
+  for (; j + kRowsW <= end; j += kRowsW) {
+    const Scalar* ahead = j + kAhead + kRowsW <= end ? row(j + kAhead) : nullptr;
+    for (Index i = 0; i < m; i += 2) {
+      const Scalar* pf = i == 0 ? ahead : nullptr;  // the first pass brings the block in
+      if (i + 1 < m)
+        dot_block<2, kRowsW, Scalar>(xd + i * k, k, row(j), pf, k, yd + i * ys + j, ys);
+      else
+        dot_block<1, kRowsW, Scalar>(xd + i * k, k, row(j), pf, k, yd + i * ys + j, ys);
+    }
+  }
+  for (; j < end; ++j)
+    for (Index i = 0; i < m; ++i)
+      dot_block<1, 1, Scalar>(xd + i * k, k, row(j), nullptr, k, yd + i * ys + j, ys);
+}
+
+}  // namespace detail
+
 /// y = x Wᵀ for a PyTorch-layout weight W [out, in].
 template <typename Scalar>
 void linear(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Matrix<Scalar>& y) {
   y.resize(x.rows(), weight.rows());
-  if (x.rows() > 16) {
+  if (x.rows() > 16 || !Eigen::internal::packet_traits<Scalar>::Vectorizable) {
     y.noalias() = x * weight.transpose();  // Eigen (or the BLAS behind it) threads the GEMM
     return;
   }
-  // Few rows (decoding): the product is bound by reading W once. Each thread streams its own
-  // slice of W's rows; within it, blocks of 8 rows of W meet all of x as dot products (a lazy,
-  // coefficient-wise product: no packing of W, which a GEMM would copy every step).
-  const auto slice = [&](Index begin, Index end) {
-    constexpr Index kBlock = 8;
-    for (Index j = begin; j < end; j += kBlock) {
-      const Index n = std::min(kBlock, end - j);
-      y.middleCols(j, n).noalias() = x.lazyProduct(weight.middleRows(j, n).transpose());
-    }
-  };
+  // Few rows (decoding): the product is bound by reading W once, which a GEMM would also copy
+  // (pack) every step. Each thread streams its own slice of W's rows through the register-blocked
+  // dot products of detail::few_rows_product.
 #ifdef _OPENMP
   if (omp_get_max_threads() > 1 && weight.rows() >= 256 && !omp_in_parallel()) {
 #pragma omp parallel
     {
       const Index n = weight.rows(), threads = omp_get_num_threads(), t = omp_get_thread_num();
-      slice(n * t / threads, n * (t + 1) / threads);
+      detail::few_rows_product(x, weight, y, n * t / threads, n * (t + 1) / threads);
     }
     return;
   }
 #endif
-  slice(0, weight.rows());
+  detail::few_rows_product(x, weight, y, 0, weight.rows());
 }
 
 template <typename Scalar>

@@ -43,6 +43,7 @@ class RetNetModel {
     RETNET_REQUIRE(batch >= 1, "new_state: batch must be >= 1, found " + std::to_string(batch));
     ModelState<Scalar> s;
     s.positions.assign(static_cast<size_t>(batch), 0);
+    s.layers.reserve(layers_.size());  // Eigen tensors are copied, not moved, when a vector grows
     for (const auto& layer : layers_) {
       RetentionState<Scalar> t(batch, config_.heads, config_.key_head_dim(),
                                layer.retention().state_columns());

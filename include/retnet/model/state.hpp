@@ -35,6 +35,7 @@ struct ModelState {
                                               " is outside [0, " + std::to_string(batch()) + ")");
     ModelState out;
     out.positions = {positions[b]};
+    out.layers.reserve(layers.size());  // Eigen tensors are copied, not moved, when a vector grows
     for (const auto& s : layers) {
       RetentionState<Scalar> one(1, s.dimension(1), s.dimension(2), s.dimension(3));
       const Index block = one.size();
@@ -55,6 +56,7 @@ struct ModelState {
       total += p.batch();
       out.positions.insert(out.positions.end(), p.positions.begin(), p.positions.end());
     }
+    out.layers.reserve(parts[0].layers.size());
     for (size_t l = 0; l < parts[0].layers.size(); ++l) {
       const auto& first = parts[0].layers[l];
       RetentionState<Scalar> s(total, first.dimension(1), first.dimension(2), first.dimension(3));
@@ -125,6 +127,7 @@ struct ModelState {
       s.positions.push_back(get<int64_t>(in, source));
       if (s.positions.back() < 0) throw FormatError(source + ": negative position");
     }
+    s.layers.reserve(static_cast<size_t>(dims[0]));  // checked against the model above
     for (uint64_t l = 0; l < dims[0]; ++l) {
       RetentionState<Scalar> t{Index(dims[1]), Index(dims[2]), Index(dims[3]), Index(dims[4])};
       in.read(reinterpret_cast<char*>(t.data()), std::streamsize(t.size() * sizeof(Scalar)));

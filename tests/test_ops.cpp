@@ -1,0 +1,90 @@
+// layers/ops.hpp: the products every layer is built from, against plain loops.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <retnet/retnet.hpp>
+
+namespace {
+
+using retnet::Index;
+using retnet::Matrix;
+
+template <typename Scalar>
+Matrix<Scalar> random_matrix(Index rows, Index cols, std::mt19937& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Matrix<Scalar> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = Scalar(normal(rng));
+  return m;
+}
+
+// y = x Wᵀ by the definition, in long double.
+template <typename Scalar>
+void expect_matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w, const Matrix<Scalar>& y,
+                          double tolerance) {
+  ASSERT_EQ(y.rows(), x.rows());
+  ASSERT_EQ(y.cols(), w.rows());
+  for (Index i = 0; i < x.rows(); ++i)
+    for (Index j = 0; j < w.rows(); ++j) {
+      long double sum = 0, magnitude = 0;
+      for (Index k = 0; k < x.cols(); ++k) {
+        sum += static_cast<long double>(x(i, k)) * w(j, k);
+        magnitude += std::abs(static_cast<long double>(x(i, k)) * w(j, k));
+      }
+      // Relative to the sum of |terms|: the bound a reordered float summation can meet.
+      ASSERT_NEAR(double(y(i, j)), double(sum), tolerance * double(magnitude + 1))
+          << "row " << i << ", column " << j << " of a " << x.rows() << "x" << x.cols() << " times "
+          << w.cols() << "x" << w.rows() << " product";
+    }
+}
+
+template <typename Scalar>
+void check_shapes(double tolerance) {
+  std::mt19937 rng(7);
+  // Every row count of the few-rows kernel (1..16: pairs of rows, an odd last row) and the GEMM
+  // above it; inner sizes that are and are not multiples of the SIMD width; output sizes below,
+  // at and past the 6-row blocks, the prefetch distance and the 256-row threading threshold.
+  for (Index rows : {1, 2, 3, 7, 8, 9, 16, 17})
+    for (Index inner : {1, 5, 16, 33, 100})
+      for (Index out : {1, 6, 13, 19, 300}) {
+        const auto x = random_matrix<Scalar>(rows, inner, rng);
+        const auto w = random_matrix<Scalar>(out, inner, rng);
+        Matrix<Scalar> y;
+        retnet::linear(x, w, y);
+        expect_matches_loops(x, w, y, tolerance);
+      }
+}
+
+TEST(Linear, FloatMatchesLoopsForEveryRowCount) {
+  check_shapes<float>(1e-6);
+}
+TEST(Linear, DoubleMatchesLoopsForEveryRowCount) {
+  check_shapes<double>(1e-14);
+}
+
+TEST(Linear, SameResultWithOneAndTwoThreads) {
+  std::mt19937 rng(3);
+  const auto x = random_matrix<float>(8, 512, rng);
+  const auto w = random_matrix<float>(1000, 512, rng);
+  Matrix<float> one, two;
+  const int before = retnet::num_threads();
+  retnet::set_num_threads(1);
+  retnet::linear(x, w, one);
+  retnet::set_num_threads(2);
+  retnet::linear(x, w, two);
+  retnet::set_num_threads(before);
+  // Each output is one dot product computed the same way whichever thread owns its column.
+  EXPECT_EQ(one, two);
+}
+
+TEST(Linear, ReusesTheOutputBuffer) {
+  std::mt19937 rng(5);
+  const auto x = random_matrix<float>(4, 64, rng);
+  const auto w = random_matrix<float>(32, 64, rng);
+  Matrix<float> y;
+  retnet::linear(x, w, y);
+  const float* data = y.data();
+  retnet::linear(x, w, y);
+  EXPECT_EQ(y.data(), data);
+}
+
+}  // namespace
