@@ -399,6 +399,7 @@ def train(a):
             log.flush()
 
     say("command: " + " ".join([sys.executable] + sys.argv))
+    say(f"threads: torch {torch.get_num_threads()}, OPENBLAS_NUM_THREADS {os.environ['OPENBLAS_NUM_THREADS']}")
     say("config: " + json.dumps(cfg.to_json()))
     say(f"parameters: {nparam} ({nparam / 1e6:.3f} M); train bytes {len(train_data)}, held-out bytes {len(held)}")
     say(f"hyper: {json.dumps(vars(a))}")
