@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/safetensors.hpp"
@@ -26,6 +27,7 @@ using Shape = std::vector<int64_t>;
 
 namespace {
 
+using retnet::testing::expect_error;
 using retnet::testing::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
@@ -89,18 +91,6 @@ void read_tiny_model(CheckpointReader& reader) {
     reader.read(name, shape, f.data());
     reader.read(name, shape, d.data());
     for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(static_cast<double>(f[i]), d[i]);
-  }
-}
-
-// Runs `f`, expecting FormatError with every snippet in its message.
-template <typename F>
-void expect_format_error(F&& f, const std::vector<std::string>& snippets) {
-  try {
-    f();
-    ADD_FAILURE() << "no FormatError";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    for (const std::string& s : snippets) EXPECT_NE(m.find(s), std::string::npos) << m;
   }
 }
 
@@ -268,13 +258,13 @@ TEST(CheckpointBad, MissingTensor) {
   CheckpointReader reader(dir.str());
   EXPECT_FALSE(reader.has("layers.1.ffn.fc1.weight"));
   std::vector<float> out(24);
-  expect_format_error(
+  expect_error<FormatError>(
       [&] {
         reader.read("layers.1.ffn.fc1.weight", {6, 4}, out.data());
       },
       {dir.str() + ": missing tensor decoder.layers.1.ffn.fc1.weight"});
-  expect_format_error([&] { reader.info("layers.1.ffn.fc1.weight"); },
-                      {dir.str(), "missing tensor decoder.layers.1.ffn.fc1.weight"});
+  expect_error<FormatError>([&] { reader.info("layers.1.ffn.fc1.weight"); },
+                            {dir.str(), "missing tensor decoder.layers.1.ffn.fc1.weight"});
 }
 
 TEST(CheckpointBad, UnexpectedTensor) {
@@ -284,7 +274,7 @@ TEST(CheckpointBad, UnexpectedTensor) {
   write_tensors(dir.file("model.safetensors"), tensors);
   CheckpointReader reader(dir.str());
   read_tiny_model(reader);
-  expect_format_error(
+  expect_error<FormatError>(
       [&] { reader.check_all_consumed(); },
       {dir.file("model.safetensors"), "unexpected tensor layers.0.retention.extra.weight"});
 }
@@ -294,7 +284,7 @@ TEST(CheckpointBad, WrongShape) {
   write_tensors(dir.file("model.safetensors"), tiny_model());
   CheckpointReader reader(dir.str());
   std::vector<float> out(32);
-  expect_format_error(
+  expect_error<FormatError>(
       [&] {
         reader.read("layers.0.retention.v_proj.weight", {4, 8}, out.data());
       },
@@ -306,8 +296,8 @@ TEST(CheckpointBad, WrongShape) {
 
 TEST(CheckpointBad, MissingModelFile) {
   TempDir dir;
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.file("model.safetensors"), "missing"});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.file("model.safetensors"), "missing"});
 }
 
 TEST(CheckpointBad, NoEmbedTokens) {
@@ -315,7 +305,7 @@ TEST(CheckpointBad, NoEmbedTokens) {
   auto tensors = tiny_model();
   tensors.erase("embed_tokens.weight");
   write_tensors(dir.file("model.safetensors"), tensors);
-  expect_format_error(
+  expect_error<FormatError>(
       [&] { CheckpointReader reader(dir.str()); },
       {dir.str(), "missing tensor embed_tokens.weight", "model.embed_tokens.weight"});
 }
@@ -325,15 +315,15 @@ TEST(CheckpointBad, AmbiguousPrefix) {
   auto tensors = tiny_model();
   tensors["model.embed_tokens.weight"] = {5, 4};
   write_tensors(dir.file("model.safetensors"), tensors);
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.str(), "ambiguous tensor prefix", "model.embed_tokens.weight"});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.str(), "ambiguous tensor prefix", "model.embed_tokens.weight"});
 }
 
 TEST(CheckpointBad, CorruptShardHeader) {
   TempDir dir;
   write_text(dir.file("model.safetensors"), std::string("\x05\0\0\0\0\0\0\0[1,2]", 13));
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.file("model.safetensors"), "not a JSON object"});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.file("model.safetensors"), "not a JSON object"});
 }
 
 // Two valid shards, a.safetensors and b.safetensors; each test writes its own index.
@@ -346,15 +336,15 @@ TEST(CheckpointBad, IndexNotJson) {
   TempDir dir;
   write_two_shards(dir);
   write_text(dir.file("model.safetensors.index.json"), "{\"weight_map\": {");
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.file("model.safetensors.index.json"), "not valid JSON"});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.file("model.safetensors.index.json"), "not valid JSON"});
 }
 
 TEST(CheckpointBad, IndexNotAnObject) {
   TempDir dir;
   write_two_shards(dir);
   write_text(dir.file("model.safetensors.index.json"), "[\"a.safetensors\"]");
-  expect_format_error(
+  expect_error<FormatError>(
       [&] { CheckpointReader reader(dir.str()); },
       {dir.file("model.safetensors.index.json"), "expected a JSON object", "found array"});
 }
@@ -363,15 +353,15 @@ TEST(CheckpointBad, IndexMissingWeightMap) {
   TempDir dir;
   write_two_shards(dir);
   write_text(dir.file("model.safetensors.index.json"), R"({"metadata": {}})");
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.file("model.safetensors.index.json"), "missing \"weight_map\""});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.file("model.safetensors.index.json"), "missing \"weight_map\""});
 }
 
 TEST(CheckpointBad, IndexWeightMapNotAnObject) {
   TempDir dir;
   write_two_shards(dir);
   write_text(dir.file("model.safetensors.index.json"), R"({"weight_map": ["a.safetensors"]})");
-  expect_format_error(
+  expect_error<FormatError>(
       [&] { CheckpointReader reader(dir.str()); },
       {dir.file("model.safetensors.index.json"), "\"weight_map\" must be a non-empty object"});
 }
@@ -381,9 +371,9 @@ TEST(CheckpointBad, IndexEntryNotAString) {
   write_two_shards(dir);
   write_text(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"embed_tokens.weight": 1}})");
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.file("model.safetensors.index.json"),
-                       "entry for tensor embed_tokens.weight must be a shard file name"});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.file("model.safetensors.index.json"),
+                             "entry for tensor embed_tokens.weight must be a shard file name"});
 }
 
 TEST(CheckpointBad, IndexShardOutsideFolder) {
@@ -391,7 +381,7 @@ TEST(CheckpointBad, IndexShardOutsideFolder) {
   write_two_shards(dir);
   write_text(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"embed_tokens.weight": "../a.safetensors"}})");
-  expect_format_error(
+  expect_error<FormatError>(
       [&] { CheckpointReader reader(dir.str()); },
       {dir.file("model.safetensors.index.json"), "../a.safetensors", "expected a plain file name"});
 }
@@ -402,9 +392,9 @@ TEST(CheckpointBad, MissingShard) {
   write_text(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"embed_tokens.weight": "a.safetensors",)"
              R"( "layer_norm.weight": "c.safetensors"}})");
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {dir.file("model.safetensors.index.json"), "shard c.safetensors is missing",
-                       dir.file("c.safetensors")});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {dir.file("model.safetensors.index.json"),
+                             "shard c.safetensors is missing", dir.file("c.safetensors")});
 }
 
 TEST(CheckpointBad, IndexPutsTensorInWrongShard) {
@@ -413,7 +403,7 @@ TEST(CheckpointBad, IndexPutsTensorInWrongShard) {
   write_text(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"embed_tokens.weight": "a.safetensors",)"
              R"( "layer_norm.weight": "a.safetensors", "x": "b.safetensors"}})");
-  expect_format_error(
+  expect_error<FormatError>(
       [&] { CheckpointReader reader(dir.str()); },
       {dir.file("model.safetensors.index.json"), "puts tensor layer_norm.weight in a.safetensors",
        dir.file("a.safetensors") + " has no such tensor"});
@@ -427,7 +417,7 @@ TEST(CheckpointBad, TensorInTwoShards) {
   write_text(dir.file("model.safetensors.index.json"),
              R"({"weight_map": {"embed_tokens.weight": "a.safetensors",)"
              R"( "layer_norm.weight": "b.safetensors"}})");
-  expect_format_error([&] { CheckpointReader reader(dir.str()); },
-                      {"tensor embed_tokens.weight also appears in", dir.file("a.safetensors"),
-                       dir.file("b.safetensors")});
+  expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                            {"tensor embed_tokens.weight also appears in",
+                             dir.file("a.safetensors"), dir.file("b.safetensors")});
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/model/config.hpp"
 #include "temp_dir.hpp"
@@ -20,6 +21,7 @@ using retnet::ModelConfig;
 
 namespace {
 
+using retnet::testing::expect_error;
 using retnet::testing::TempDir;
 
 json good_config() {
@@ -42,13 +44,8 @@ std::string write_config(const TempDir& dir, const std::string& text) {
 void expect_bad(const json& config, const std::vector<std::string>& snippets) {
   TempDir dir;
   const std::string path = write_config(dir, config.dump());
-  try {
-    ModelConfig::load(path);
-    ADD_FAILURE() << "no FormatError for " << config.dump();
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    for (const std::string& s : snippets) EXPECT_NE(m.find(s), std::string::npos) << m;
-  }
+  SCOPED_TRACE(config.dump());
+  expect_error<FormatError>([&] { ModelConfig::load(path); }, snippets);
 }
 
 }  // namespace
@@ -179,14 +176,7 @@ TEST(ConfigBad, FlagNotABoolean) {
 TEST(ConfigBad, NotJson) {
   TempDir dir;
   const std::string path = write_config(dir, "{\"vocab_size\": 97,");
-  try {
-    ModelConfig::load(path);
-    FAIL() << "no FormatError";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find(path), std::string::npos) << m;
-    EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
-  }
+  expect_error<FormatError>([&] { ModelConfig::load(path); }, {path, "not valid JSON"});
 }
 
 TEST(ConfigBad, NotAnObject) {
@@ -196,10 +186,5 @@ TEST(ConfigBad, NotAnObject) {
 TEST(ConfigBad, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("config.json");
-  try {
-    ModelConfig::load(path);
-    FAIL() << "no FormatError";
-  } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-  }
+  expect_error<FormatError>([&] { ModelConfig::load(path); }, {path});
 }

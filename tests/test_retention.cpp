@@ -4,11 +4,13 @@
 #include <limits>
 #include <tuple>
 
+#include "expect_error.hpp"
 #include "retention_reference.hpp"
 #include "retnet/retnet.hpp"
 
 using namespace retnet;
 using retnet::testing::brute_force_retention;
+using retnet::testing::expect_error;
 using retnet::testing::random_tensor;
 using retnet::testing::relative_error;
 
@@ -169,35 +171,29 @@ TYPED_TEST(RetentionForms, InitialStateMatchesBruteForce) {
 
 // --- invalid arguments: an InvalidArgument whose message names the argument ---
 
-template <typename F>
-void expect_invalid(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected InvalidArgument mentioning '" << needle << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(RetentionArguments, RejectsMismatchedShapes) {
   Tensor4<double> q(1, 2, 5, 4), k(1, 2, 5, 3), v(1, 2, 5, 6), v_short(1, 2, 4, 6);
   q.setZero(), k.setZero(), v.setZero(), v_short.setZero();
   const auto decays = default_decays<double>(2);
-  expect_invalid([&] { parallel_retention(q, k, v, decays); }, "k has shape");
-  expect_invalid([&] { recurrent_retention(q, k, v, decays); }, "k has shape");
-  expect_invalid([&] { chunkwise_retention(q, k, v, decays, 2); }, "k has shape");
-  expect_invalid([&] { parallel_retention(q, q, v_short, decays); }, "v has shape");
+  expect_error<InvalidArgument>([&] { parallel_retention(q, k, v, decays); }, {"k has shape"});
+  expect_error<InvalidArgument>([&] { recurrent_retention(q, k, v, decays); }, {"k has shape"});
+  expect_error<InvalidArgument>([&] { chunkwise_retention(q, k, v, decays, 2); }, {"k has shape"});
+  expect_error<InvalidArgument>([&] { parallel_retention(q, q, v_short, decays); },
+                                {"v has shape"});
   RetentionState<double> wrong(1, 2, 4, 5);
   wrong.setZero();
-  expect_invalid([&] { recurrent_retention(q, q, v, decays, &wrong); }, "state has shape");
-  expect_invalid([&] { chunkwise_retention(q, q, v, decays, 2, &wrong); }, "state has shape");
-  expect_invalid([&] { parallel_retention(q, q, v, default_decays<double>(3)); }, "decays has 3");
+  expect_error<InvalidArgument>([&] { recurrent_retention(q, q, v, decays, &wrong); },
+                                {"state has shape"});
+  expect_error<InvalidArgument>([&] { chunkwise_retention(q, q, v, decays, 2, &wrong); },
+                                {"state has shape"});
+  expect_error<InvalidArgument>([&] { parallel_retention(q, q, v, default_decays<double>(3)); },
+                                {"decays has 3"});
 }
 
 TEST(RetentionArguments, RejectsChunkSizeZero) {
   Tensor4<float> q(1, 1, 3, 2), v(1, 1, 3, 2);
   q.setZero(), v.setZero();
-  expect_invalid([&] { chunkwise_retention(q, q, v, {0.5f}, 0); }, "chunk_size");
+  expect_error<InvalidArgument>([&] { chunkwise_retention(q, q, v, {0.5f}, 0); }, {"chunk_size"});
 }
 
 TEST(RetentionArguments, RejectsDecaysOutsideTheUnitInterval) {
@@ -206,12 +202,13 @@ TEST(RetentionArguments, RejectsDecaysOutsideTheUnitInterval) {
   for (double bad : {0.0, -0.5, 1.0000001, std::numeric_limits<double>::quiet_NaN(),
                      std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE(bad);
-    expect_invalid([&] { parallel_retention(q, q, v, {bad}); }, "decays[0]");
-    expect_invalid([&] { recurrent_retention(q, q, v, {bad}); }, "decays[0]");
-    expect_invalid([&] { chunkwise_retention(q, q, v, {bad}, 2); }, "decays[0]");
+    expect_error<InvalidArgument>([&] { parallel_retention(q, q, v, {bad}); }, {"decays[0]"});
+    expect_error<InvalidArgument>([&] { recurrent_retention(q, q, v, {bad}); }, {"decays[0]"});
+    expect_error<InvalidArgument>([&] { chunkwise_retention(q, q, v, {bad}, 2); }, {"decays[0]"});
   }
   Tensor3<double> q3(1, 1, 2), v3(1, 1, 2), out;
   q3.setZero(), v3.setZero();
   RetentionState<double> state;
-  expect_invalid([&] { recurrent_retention_step(q3, q3, v3, {2.0}, state, out); }, "decays[0]");
+  expect_error<InvalidArgument>([&] { recurrent_retention_step(q3, q3, v3, {2.0}, state, out); },
+                                {"decays[0]"});
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/model/config.hpp"
@@ -28,6 +29,7 @@ using retnet::SavedTensor;
 
 namespace {
 
+using retnet::testing::expect_error;
 using retnet::testing::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
@@ -57,24 +59,19 @@ std::string expect_format_error(const TempDir& dir, const std::string& contents,
                                 const std::vector<std::string>& snippets) {
   const std::string path = dir.file("bad.safetensors");
   write_bytes(path, contents);
-  std::string message;
-  try {
-    SafetensorsFile file(path);
-    ADD_FAILURE() << "no FormatError for " << path;
-  } catch (const FormatError& e) {
-    message = e.what();
-    EXPECT_NE(message.find(path), std::string::npos) << message;
-    for (const std::string& s : snippets) EXPECT_NE(message.find(s), std::string::npos) << message;
-  }
-  try {
-    SafetensorsFile::parse("memory.safetensors", reinterpret_cast<const uint8_t*>(contents.data()),
-                           contents.size());
-    ADD_FAILURE() << "no FormatError for the in-memory copy";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("memory.safetensors"), std::string::npos) << m;
-    for (const std::string& s : snippets) EXPECT_NE(m.find(s), std::string::npos) << m;
-  }
+  const auto labelled = [&](const std::string& label) {
+    std::vector<std::string> all = {label};
+    all.insert(all.end(), snippets.begin(), snippets.end());
+    return all;
+  };
+  const std::string message =
+      expect_error<FormatError>([&] { SafetensorsFile file(path); }, labelled(path));
+  expect_error<FormatError>(
+      [&] {
+        SafetensorsFile::parse("memory.safetensors",
+                               reinterpret_cast<const uint8_t*>(contents.data()), contents.size());
+      },
+      labelled("memory.safetensors"));
   return message;
 }
 
@@ -587,15 +584,9 @@ TEST(SafetensorsBad, MissingTensor) {
   const float v = 1;
   save_safetensors(path, {{"present", DType::F32, {1}, &v}});
   SafetensorsFile file(path);
-  try {
-    float out;
-    file.read("absent.weight", &out);
-    FAIL() << "no FormatError";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find(path), std::string::npos) << m;
-    EXPECT_NE(m.find("missing tensor absent.weight"), std::string::npos) << m;
-  }
+  float out;
+  expect_error<FormatError>([&] { file.read("absent.weight", &out); },
+                            {path, "missing tensor absent.weight"});
 }
 
 TEST(SafetensorsBad, FileTruncatedAfterOpening) {
@@ -605,24 +596,12 @@ TEST(SafetensorsBad, FileTruncatedAfterOpening) {
   save_safetensors(path, {{"w", DType::F32, {1000}, values.data()}});
   SafetensorsFile file(path);
   fs::resize_file(path, fs::file_size(path) - 100);
-  try {
-    file.read("w", values.data());
-    FAIL() << "no FormatError";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find(path), std::string::npos) << m;
-    EXPECT_NE(m.find("tensor w"), std::string::npos) << m;
-    EXPECT_NE(m.find("expected 4000 bytes"), std::string::npos) << m;
-  }
+  expect_error<FormatError>([&] { file.read("w", values.data()); },
+                            {path, "tensor w", "expected 4000 bytes"});
 }
 
 TEST(SafetensorsBad, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("nope.safetensors");
-  try {
-    SafetensorsFile file(path);
-    FAIL() << "no FormatError";
-  } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-  }
+  expect_error<FormatError>([&] { SafetensorsFile file(path); }, {path});
 }

@@ -1,54 +1,18 @@
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "retnet/text/tokenizer.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 using retnet::ByteTokenizer;
-
-// Expects `fn` to throw exception type E whose message contains every string in `parts`.
-template <typename E, typename Fn>
-void ExpectThrowContaining(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
-  }
-}
-
-// A fresh, empty folder under the system temp directory, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    // ctest may run these tests in parallel processes: time plus a random word keeps
-    // their folders apart.
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ =
-        std::filesystem::temp_directory_path() / ("retnet_tokenizer_test_" + std::to_string(stamp) +
-                                                  "_" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using retnet::testing::expect_error;
+using retnet::testing::TempDir;
 
 TEST(ByteTokenizerTest, RoundTripsAllBytes) {
   std::string all;
@@ -104,16 +68,16 @@ TEST(ByteTokenizerTest, VocabAndEos) {
 
 TEST(ByteTokenizerTest, OutOfRangeIdThrowsNamingIt) {
   const ByteTokenizer tok;
-  ExpectThrowContaining<retnet::InvalidArgument>([&] { tok.decode_token(256); }, {"256"});
-  ExpectThrowContaining<retnet::InvalidArgument>([&] { tok.decode_token(-1); }, {"-1"});
-  ExpectThrowContaining<retnet::InvalidArgument>([&] { tok.decode({65, 66, 1000, 67}); }, {"1000"});
+  expect_error<retnet::InvalidArgument>([&] { tok.decode_token(256); }, {"256"});
+  expect_error<retnet::InvalidArgument>([&] { tok.decode_token(-1); }, {"-1"});
+  expect_error<retnet::InvalidArgument>([&] { tok.decode({65, 66, 1000, 67}); }, {"1000"});
   // InvalidArgument is a retnet::Error, so callers can catch the base class.
   EXPECT_THROW(tok.decode({300}), retnet::Error);
 }
 
 TEST(LoadTokenizerTest, FolderWithoutTokenizerJsonGivesBytes) {
   TempDir dir;
-  const auto tok = retnet::load_tokenizer(dir.path().string(), 256);
+  const auto tok = retnet::load_tokenizer(dir.str(), 256);
   ASSERT_NE(tok, nullptr);
   EXPECT_NE(dynamic_cast<const ByteTokenizer*>(tok.get()), nullptr);
   EXPECT_EQ(tok->vocab_size(), 256);
@@ -123,23 +87,23 @@ TEST(LoadTokenizerTest, FolderWithoutTokenizerJsonGivesBytes) {
 TEST(LoadTokenizerTest, LargerModelVocabIsAccepted) {
   // Models often pad their embedding beyond the tokenizer's ids.
   TempDir dir;
-  const auto tok = retnet::load_tokenizer(dir.path().string(), 512);
+  const auto tok = retnet::load_tokenizer(dir.str(), 512);
   EXPECT_EQ(tok->vocab_size(), 256);
 }
 
 TEST(LoadTokenizerTest, SmallModelVocabThrowsNamingBothNumbers) {
   TempDir dir;
-  ExpectThrowContaining<retnet::FormatError>(
-      [&] { retnet::load_tokenizer(dir.path().string(), 100); }, {"100", "256"});
-  ExpectThrowContaining<retnet::FormatError>(
-      [&] { retnet::load_tokenizer(dir.path().string(), 255); }, {"255", "256"});
+  expect_error<retnet::FormatError>([&] { retnet::load_tokenizer(dir.str(), 100); },
+                                    {"100", "256"});
+  expect_error<retnet::FormatError>([&] { retnet::load_tokenizer(dir.str(), 255); },
+                                    {"255", "256"});
 }
 
 TEST(LoadTokenizerTest, TokenizerJsonIsRejected) {
   TempDir dir;
-  std::ofstream(dir.path() / "tokenizer.json") << R"({"model": {"type": "BPE"}})";
-  ExpectThrowContaining<retnet::FormatError>(
-      [&] { retnet::load_tokenizer(dir.path().string(), 50000); },
+  std::ofstream(dir.file("tokenizer.json")) << R"({"model": {"type": "BPE"}})";
+  expect_error<retnet::FormatError>(
+      [&] { retnet::load_tokenizer(dir.str(), 50000); },
       {"tokenizer.json is not supported yet; only byte-level models"});
 }
 
