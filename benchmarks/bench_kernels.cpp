@@ -1,12 +1,14 @@
 // The three retention kernels over sequence length T (one batch entry, the base config's heads:
 // 2 heads, dk 256, dv 432). Reports tokens per second; the parallel form is O(T²).
 // Also the decode product: one step's weight matrices of the base config (141.8 MB, more than
-// any cache) times a few rows, through retnet::linear and through Eigen's lazy product.
+// any cache) times a few rows, through retnet::linear and through Eigen's lazy product; and a
+// prompt chunk's products (256 rows), through retnet::linear and Eigen's threaded GEMM.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <random>
 #include <retnet/retnet.hpp>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -109,8 +111,42 @@ void BM_DecodeProduct(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 
+// A prompt chunk's products: 256 rows through the output projection (32000 x 512) and one
+// layer's matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (a
+// single-threaded GEMM per thread on its slice of W's rows), 1 = Eigen's own threaded GEMM.
+void BM_PromptProduct(benchmark::State& state) {
+  const Index rows = 256, d = 512, dv = 864, ffn = 864;
+  std::vector<retnet::Matrix<float>> matrices;
+  for (const auto& s : {std::pair<Index, Index>{32000, d}, {d, d}, {dv, d}, {d, dv}, {ffn, d}})
+    matrices.push_back(retnet::Matrix<float>::Random(s.first, s.second));
+  const retnet::Matrix<float> x512 = retnet::Matrix<float>::Random(rows, 512);
+  const retnet::Matrix<float> x864 = retnet::Matrix<float>::Random(rows, 864);
+  retnet::Matrix<float> y;
+  const int before = retnet::num_threads();
+  retnet::set_num_threads(static_cast<int>(state.range(0)));
+  double flops = 0;
+  for (const auto& w : matrices) flops += 2.0 * rows * double(w.size());
+  for (auto _ : state) {
+    for (const auto& w : matrices) {
+      const auto& x = w.cols() == 512 ? x512 : x864;
+      if (state.range(1) == 0) {
+        retnet::linear(x, w, y);
+      } else {
+        y.resize(rows, w.rows());
+        y.noalias() = x * w.transpose();
+      }
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  retnet::set_num_threads(before);
+  state.SetLabel(state.range(1) == 0 ? "retnet::linear" : "eigen threaded gemm");
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_PromptProduct)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeProduct)->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParallelRetention)
     ->RangeMultiplier(2)

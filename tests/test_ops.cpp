@@ -1,6 +1,8 @@
 // layers/ops.hpp: the products every layer is built from, against plain loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <new>
 #include <random>
 #include <retnet/retnet.hpp>
 
@@ -76,6 +78,23 @@ TEST(Linear, SameResultWithOneAndTwoThreads) {
   EXPECT_EQ(one, two);
 }
 
+TEST(Linear, TwoThreadSlicesMatchLoops) {
+  // Both paths split W's rows between threads (slice edges on multiples of 16 columns): the
+  // few-rows kernel and the per-slice GEMM, with output sizes that do and do not divide evenly.
+  std::mt19937 rng(11);
+  const int before = retnet::num_threads();
+  retnet::set_num_threads(2);
+  for (Index rows : {3, 16, 17, 90})
+    for (Index out : {256, 300, 1001}) {
+      const auto x = random_matrix<float>(rows, 70, rng);
+      const auto w = random_matrix<float>(out, 70, rng);
+      Matrix<float> y;
+      retnet::linear(x, w, y);
+      expect_matches_loops(x, w, y, 1e-6);
+    }
+  retnet::set_num_threads(before);
+}
+
 TEST(Linear, ReusesTheOutputBuffer) {
   std::mt19937 rng(5);
   const auto x = random_matrix<float>(4, 64, rng);
@@ -85,6 +104,18 @@ TEST(Linear, ReusesTheOutputBuffer) {
   const float* data = y.data();
   retnet::linear(x, w, y);
   EXPECT_EQ(y.data(), data);
+}
+
+TEST(ParallelFor, RunsEveryIndexOnceAndRethrowsABodysException) {
+  std::vector<int> hits(100, 0);
+  retnet::parallel_for(100, [&](Index i) { hits[static_cast<size_t>(i)] += 1; });
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 100);
+  // Thrown inside the OpenMP region, which it may not leave: caught there, rethrown after.
+  EXPECT_THROW(retnet::parallel_for(100,
+                                    [&](Index i) {
+                                      if (i == 37) throw std::bad_alloc();
+                                    }),
+               std::bad_alloc);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <new>
 #include <retnet/retnet.hpp>
 #include <set>
 #include <sstream>
@@ -450,6 +451,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const retnet::Error& e) {
     std::fprintf(stderr, "retnet %s: %s\n", command.c_str(), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "retnet %s: out of memory (the parallel form holds T x T scores per head; "
+                 "long inputs need --mode chunkwise)\n",
+                 command.c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "retnet %s: %s\n", command.c_str(), e.what());

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <exception>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/tensor.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -28,6 +30,29 @@ inline int num_threads() {
 #else
   return 1;
 #endif
+}
+
+/// body(i) for every i in [0, n), spread over the threads in equal shares (static schedule: with
+/// n = threads, item t runs on thread t) when OpenMP is on.
+/// An exception cannot leave an OpenMP region (it would terminate the program), so the first one
+/// a body throws (std::bad_alloc for a form too large for memory, say) is kept and rethrown here.
+template <typename Body>
+void parallel_for(Index n, Body&& body) {
+  std::exception_ptr error;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+  for (Index i = 0; i < n; ++i) {
+    try {
+      body(i);
+    } catch (...) {
+#ifdef _OPENMP
+#pragma omp critical(retnet_parallel_for_error)
+#endif
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace retnet

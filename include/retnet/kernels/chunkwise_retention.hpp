@@ -27,10 +27,7 @@ void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
   detail::resize_if_needed(out, batch, heads, time, dv);
   const Index block = std::min(chunk_size, std::max<Index>(time, 1));
 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic)
-#endif
-  for (Index bh = 0; bh < batch * heads; ++bh) {
+  parallel_for(batch * heads, [&](Index bh) {
     const Index b = bh / heads, h = bh % heads;
     const auto qh = detail::head_block(q, b, h);
     const auto kh = detail::head_block(k, b, h);
@@ -60,7 +57,7 @@ void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
       sh *= powers[len];
       sh.noalias() += kc.transpose() * weighted_v;
     }
-  }
+  });
 }
 
 /// As above, returning a new output tensor.

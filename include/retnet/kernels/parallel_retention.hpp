@@ -16,10 +16,7 @@ void parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
   detail::resize_if_needed(out, batch, heads, time, dv);
   if (final_state) final_state->resize(batch, heads, dk, dv);
 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic)
-#endif
-  for (Index bh = 0; bh < batch * heads; ++bh) {
+  parallel_for(batch * heads, [&](Index bh) {
     const Index b = bh / heads, h = bh % heads;
     const auto qh = detail::head_block(q, b, h);
     const auto kh = detail::head_block(k, b, h);
@@ -38,7 +35,7 @@ void parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
     } else if (final_state) {
       detail::head_block(*final_state, b, h).setZero();
     }
-  }
+  });
 }
 
 /// As above, returning a new output tensor.

@@ -14,6 +14,7 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/tensor.hpp"
+#include "retnet/core/threads.hpp"
 
 namespace retnet {
 

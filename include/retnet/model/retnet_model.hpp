@@ -135,8 +135,8 @@ class RetNetModel {
       if (mode == LogitsMode::kAll && all_logits && batch == 1 && len > 16) {
         const auto& w = *weights_;
         w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
-        all_logits->middleRows(start, len).noalias() =
-            scratch_.normed * w.output_projection().transpose();
+        linear(scratch_.normed, w.output_projection(),
+               Eigen::Ref<Matrix<Scalar>>(all_logits->middleRows(start, len)));
       } else if (mode == LogitsMode::kAll) {
         compute_logits(batch, len, false);
         on_logits(start, len, scratch_.logits);
