@@ -20,7 +20,10 @@ void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                          Index chunk_size, RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
   RETNET_REQUIRE(chunk_size >= 1, "chunkwise_retention: chunk_size must be >= 1, found " +
                                       std::to_string(chunk_size));
-  const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
+  // Plain locals, not a structured binding: C++17 lambdas (the parallel_for body) cannot
+  // capture those.
+  const std::array<Index, 5> dims = detail::check_retention_args(q, k, v, decays);
+  const Index batch = dims[0], heads = dims[1], time = dims[2], dk = dims[3], dv = dims[4];
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;
   detail::prepare_state(s, batch, heads, dk, dv);

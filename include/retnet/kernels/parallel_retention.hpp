@@ -12,7 +12,10 @@ template <typename Scalar>
 void parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                         const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
                         RetentionState<Scalar>* final_state, Tensor4<Scalar>& out) {
-  const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
+  // Plain locals, not a structured binding: C++17 lambdas (the parallel_for body) cannot
+  // capture those.
+  const std::array<Index, 5> dims = detail::check_retention_args(q, k, v, decays);
+  const Index batch = dims[0], heads = dims[1], time = dims[2], dk = dims[3], dv = dims[4];
   detail::resize_if_needed(out, batch, heads, time, dv);
   if (final_state) final_state->resize(batch, heads, dk, dv);
 

@@ -117,8 +117,8 @@ void linear(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Eigen::Ref<Ma
     }
   };
   const Index n = weight.rows();
-  const Index threads = num_threads();
 #ifdef _OPENMP
+  const Index threads = num_threads();
   if (threads > 1 && n >= 256 && !omp_in_parallel()) {
     // Slice edges on multiples of 16 columns: whole SIMD packets of y for the GEMM.
     const auto edge = [&](Index i) { return i == threads ? n : (n * i / threads) / 16 * 16; };
