@@ -42,9 +42,11 @@ void expect_matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w, cons
 template <typename Scalar>
 void check_shapes(double tolerance) {
   std::mt19937 rng(7);
-  // Every row count of the few-rows kernel (1..16: pairs of rows, an odd last row) and the GEMM
-  // above it; inner sizes that are and are not multiples of the SIMD width; output sizes below,
-  // at and past the 6-row blocks, the prefetch distance and the 256-row threading threshold.
+  // Every row count of the few-rows kernel (1..16: groups of 8 rows summed by the lane_sums
+  // tree, then pairs, an odd last row) and the GEMM above it; inner sizes that are and are not
+  // multiples of the SIMD width; output sizes below, at and past the 2-row blocks of W, the
+  // prefetch distance and the 256-row threading threshold. (Swapping two lanes of the tree's
+  // output order fails this test and the next.)
   for (Index rows = 1; rows <= 17; ++rows)
     for (Index inner : {1, 5, 16, 33, 100})
       for (Index out : {1, 6, 13, 19, 300}) {

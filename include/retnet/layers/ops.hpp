@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
@@ -12,6 +13,53 @@
 namespace retnet {
 
 namespace detail {
+
+/// out[s] = the sum of the lanes of acc[s], for `count` packets. The sums of 16 float packets
+/// (AVX-512) come from one tree of 15 additions of half-packets (45 instructions) instead of 16
+/// separate reductions (about 20 each): a decode product sums one packet per output, every
+/// 32-54 multiply-adds on the base config, so the reduction's cost shows.
+template <typename Packet, typename Scalar>
+void lane_sums(const Packet* acc, int count, Scalar* out) {
+  namespace ei = Eigen::internal;
+  constexpr int kLanes = ei::unpacket_traits<Packet>::size;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Scalar, float> && kLanes == 16) {
+    if (count == 16) {
+      // Level by level, each addition folds two packets' halves into one packet: after the
+      // four levels lane 4q + e holds the sum of acc[kSlot[q] + kBase[e]].
+      __m512 a[8], b[4], c[2];
+      for (int s = 0; s < 8; ++s)  // 512 -> 256 bits: lanes 0-7 from acc[s], 8-15 from acc[s+8]
+        a[s] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, acc[s], acc[s + 8], 0x44),
+                             _mm512_maskz_shuffle_f32x4(0xFFFF, acc[s], acc[s + 8], 0xEE));
+      for (int s = 0; s < 4; ++s)  // 256 -> 128 bits
+        b[s] = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, a[s], a[s + 4], 0x88),
+                             _mm512_maskz_shuffle_f32x4(0xFFFF, a[s], a[s + 4], 0xDD));
+      for (int s = 0; s < 2; ++s)  // 128 -> 64 bits
+        c[s] =
+            _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, b[s], b[s + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm512_maskz_shuffle_ps(0xFFFF, b[s], b[s + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+      const __m512 sums =
+          _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_maskz_shuffle_ps(0xFFFF, c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, sums);
+      constexpr int kSlot[4] = {0, 8, 4, 12}, kBase[4] = {0, 2, 1, 3};
+      for (int q = 0; q < 4; ++q)
+        for (int e = 0; e < 4; ++e) out[kSlot[q] + kBase[e]] = lanes[4 * q + e];
+      return;
+    }
+  }
+#endif
+  // Lanes summed from memory: ei::predux on AVX-512 doubles trips a false GCC 12
+  // -Wuninitialized inside the intrinsics header.
+  Scalar lanes[kLanes];
+  for (int s = 0; s < count; ++s) {
+    ei::pstoreu(lanes, acc[s]);
+    Scalar sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    out[s] = sum;
+  }
+}
 
 /// The MR x NR block y[i, r] = x[i, :] · w[r, :] (MR rows of x, NR rows of w, length k), with
 /// the MR·NR sums in SIMD registers: each packet of w loaded serves MR rows of x and each packet
@@ -23,9 +71,8 @@ void dot_block(const Scalar* x, Index x_stride, const Scalar* w, const Scalar* a
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<Scalar>::type;
   constexpr Index kLanes = ei::packet_traits<Scalar>::size;
-  Packet acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) acc[i][r] = ei::pset1<Packet>(Scalar(0));
+  Packet acc[MR * NR];
+  for (int s = 0; s < MR * NR; ++s) acc[s] = ei::pset1<Packet>(Scalar(0));
   Index p = 0;
   for (; p + kLanes <= k; p += kLanes) {
     Packet wp[NR];
@@ -37,28 +84,27 @@ void dot_block(const Scalar* x, Index x_stride, const Scalar* w, const Scalar* a
     }
     for (int i = 0; i < MR; ++i) {
       const Packet xp = ei::ploadu<Packet>(x + i * x_stride + p);
-      for (int r = 0; r < NR; ++r) acc[i][r] = ei::pmadd(xp, wp[r], acc[i][r]);
+      for (int r = 0; r < NR; ++r) acc[i * NR + r] = ei::pmadd(xp, wp[r], acc[i * NR + r]);
     }
   }
-  // Lanes summed from memory: ei::predux on AVX-512 doubles trips a false GCC 12
-  // -Wuninitialized inside the intrinsics header.
-  Scalar lanes[kLanes];
+  Scalar sums[MR * NR];
+  lane_sums(acc, MR * NR, sums);
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) {
-      ei::pstoreu(lanes, acc[i][r]);
-      Scalar sum = 0;
-      for (Index l = 0; l < kLanes; ++l) sum += lanes[l];
+      Scalar sum = sums[i * NR + r];
       for (Index q = p; q < k; ++q) sum += x[i * x_stride + q] * w[r * k + q];
       y[i * y_stride + r] = sum;
     }
 }
 
 /// Columns [begin, end) of y = x Wᵀ for few rows of x. One row: plain dot products, one
-/// sequential stream of W that the hardware prefetcher follows. More rows: blocks of 6 rows of
-/// W (in L1 while used), met by pairs of x rows (12 sums in registers), with the block 12 rows
-/// ahead prefetched. The shape was picked by a sweep over the base config's decode matrices at
-/// batch 8 (2 x 6 ran 5-25 % faster than 8 x 2, 4 x 4, 4 x 6 and 2 x 8); against Eigen's lazy
-/// product see BM_DecodeProduct in benchmarks/bench_kernels.cpp.
+/// sequential stream of W that the hardware prefetcher follows. More rows: blocks of 2 rows of W,
+/// met by groups of 8 x rows (16 sums in registers, summed by one lane_sums tree), with the block
+/// 2 blocks ahead prefetched during the first group. The shape was picked by a sweep over the
+/// base config's decode matrices at batch 8: in the model's batch-8 decode step (2 threads,
+/// tokens/s, 4 alternating runs each) 8 x 2 ran 1149-1242, 2 x 8 1067-1126, 4 x 4 1045-1081
+/// and the earlier 2 x 6 without the tree 978-1029. See BM_DecodeProduct in
+/// benchmarks/bench_kernels.cpp.
 template <typename Scalar>
 void few_rows_product(const Matrix<Scalar>& x, const Matrix<Scalar>& weight,
                       Eigen::Ref<Matrix<Scalar>> y, Index begin, Index end) {
@@ -71,18 +117,21 @@ void few_rows_product(const Matrix<Scalar>& x, const Matrix<Scalar>& weight,
       dot_block<1, 1, Scalar>(xd, k, row(j), nullptr, k, yd + j, ys);
     return;
   }
-  constexpr int kRowsW = 6;
-  constexpr Index kAhead = 2 * kRowsW;
+  constexpr int MR = 8, NR = 2;
+  constexpr Index kAhead = 2 * NR;
   Index j = begin;
-  for (; j + kRowsW <= end; j += kRowsW) {
-    const Scalar* ahead = j + kAhead + kRowsW <= end ? row(j + kAhead) : nullptr;
-    for (Index i = 0; i < m; i += 2) {
-      const Scalar* pf = i == 0 ? ahead : nullptr;  // the first pass brings the block in
-      if (i + 1 < m)
-        dot_block<2, kRowsW, Scalar>(xd + i * k, k, row(j), pf, k, yd + i * ys + j, ys);
-      else
-        dot_block<1, kRowsW, Scalar>(xd + i * k, k, row(j), pf, k, yd + i * ys + j, ys);
-    }
+  for (; j + NR <= end; j += NR) {
+    const Scalar* ahead = j + kAhead + NR <= end ? row(j + kAhead) : nullptr;
+    Index i = 0;
+    for (; i + MR <= m; i += MR)  // the first group brings the block in
+      dot_block<MR, NR, Scalar>(xd + i * k, k, row(j), i == 0 ? ahead : nullptr, k, yd + i * ys + j,
+                                ys);
+    for (; i + 2 <= m; i += 2)
+      dot_block<2, NR, Scalar>(xd + i * k, k, row(j), i == 0 ? ahead : nullptr, k, yd + i * ys + j,
+                               ys);
+    for (; i < m; ++i)
+      dot_block<1, NR, Scalar>(xd + i * k, k, row(j), i == 0 ? ahead : nullptr, k, yd + i * ys + j,
+                               ys);
   }
   for (; j < end; ++j)
     for (Index i = 0; i < m; ++i)
