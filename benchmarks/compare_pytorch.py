@@ -11,9 +11,14 @@ What it measures (random float32 weights of one config, default benchmarks/confi
     model GFLOP/s against the machine's measured sgemm peak;
   * retnet's peak RSS for a 16384-token chunkwise prompt against its weight bytes (and, for
     comparison, the same prompt through the PyTorch model in its own process);
-  * retnet's decode ms/step at context 16 and at context 8192;
+  * retnet's decode ms/step at context 16 and at context 8192, at the same thread count;
   * the machine's limits in the same harness: sgemm GFLOP/s (torch.mm, float32, model-like
     shapes) and memory read bandwidth (summing a 1 GB float32 array).
+
+The two pairs whose ratio is a target (batch 8 against batch 1, context 8192 against 16) run
+alternately, A B A B, for --rounds rounds at each thread count, and each side keeps its median
+round: on a shared machine whose speed drifts over minutes, pairs side by side compare like
+with like.
 
 The PyTorch side is a RetNet decoder written here (RETNET.md, torchscale's op structure):
 RMSNorm, multi-scale retention with q/k/v/g projections, rotation ("theta shift"), per-head
@@ -703,6 +708,25 @@ def best_retnet(cli, config, threads_list, repeat, key, maximize, runs, label, *
     return (max if maximize else min)(found, key=lambda r: r[key])
 
 
+def paired_retnet(cli, config, threads_list, repeat, rounds, key, runs, sides):
+    """Two measurements whose ratio is a target, run alternately (A B A B ...) `rounds` times at
+    each thread count, so that drift in a shared machine's speed falls on both sides alike.
+    `sides` is [(name, label, flags), (name, label, flags)]. Returns {name: {threads: the run
+    with the median `key` of its rounds}}."""
+    found = {name: {} for name, _, _ in sides}
+    for t in threads_list:
+        done = {name: [] for name, _, _ in sides}
+        for _ in range(rounds):
+            for name, label, flags in sides:
+                r = run_retnet(cli, config, t, repeat, **flags)
+                runs.append(dict(r, label=label))
+                done[name].append(r)
+                log(f"  retnet {t} thr {label}: {key} = {r[key]:.4g}")
+        for name, rs in done.items():
+            found[name][t] = sorted(rs, key=lambda r: r[key])[len(rs) // 2]
+    return found
+
+
 # =============================================================================================
 # Main: run everything, print the table, write the JSON
 # =============================================================================================
@@ -754,19 +778,27 @@ def measure_retnet(a, sizes, chunk, threads_list):
     def run(name, label, key, maximize, **flags):
         best[name] = best_retnet(a.retnet, a.config, threads_list, a.repeat, key, maximize, runs, label, **flags)
 
+    def pair(key, maximize, sides):
+        found = paired_retnet(a.retnet, a.config, threads_list, a.repeat, a.rounds, key, runs, sides)
+        for name, per_threads in found.items():
+            best[name] = (max if maximize else min)(per_threads.values(), key=lambda r: r[key])
+        return found
+
     nb, prompt, steps = sizes["decode_batch"], sizes["decode_prompt"], sizes["decode_steps"]
-    run("decode_b1", "decode batch 1", "decode_tokens_per_s", True, prompt_len=prompt, gen_len=steps,
-        batch=1, mode="chunkwise", logits="last")
-    run("decode_bN", f"decode batch {nb}", "decode_tokens_per_s", True, prompt_len=prompt, gen_len=steps,
-        batch=nb, mode="chunkwise", logits="last")
+    decode = dict(prompt_len=prompt, gen_len=steps, mode="chunkwise", logits="last")
+    pair("decode_tokens_per_s", True, [("decode_b1", "decode batch 1", dict(decode, batch=1)),
+                                       ("decode_bN", f"decode batch {nb}", dict(decode, batch=nb))])
     for form in ("parallel", "chunkwise"):
         run(f"ttft_{form}", f"ttft {form}", "prefill_seconds", False, prompt_len=sizes["ttft_len"],
             gen_len=0, mode=form, chunk_size=chunk, logits="last")
         run(f"score_{form}", f"score {form}", "prefill_tokens_per_s", True, prompt_len=sizes["score_len"],
             gen_len=0, mode=form, chunk_size=chunk, logits="all")
-    for ctx in ("context_short", "context_long"):
-        run(ctx, f"decode at context {sizes[ctx]}", "decode_ms_per_step", False, prompt_len=sizes[ctx],
-            gen_len=steps, mode="chunkwise", chunk_size=chunk, logits="last")
+    # Both contexts at the thread count where the short context decodes fastest.
+    contexts = pair("decode_ms_per_step", False, [
+        (ctx, f"decode at context {sizes[ctx]}", dict(prompt_len=sizes[ctx], gen_len=steps, mode="chunkwise",
+                                                      chunk_size=chunk, logits="last"))
+        for ctx in ("context_short", "context_long")])
+    best["context_long"] = contexts["context_long"][best["context_short"]["threads"]]
     # one run in a fresh process: peak RSS covers every repeat of a process
     best["memory"] = run_retnet(a.retnet, a.config, max(threads_list), 1, prompt_len=sizes["memory_len"],
                                 gen_len=0, mode="chunkwise", chunk_size=chunk, logits="last")
@@ -829,7 +861,8 @@ def summarize(cfg, sizes, limits, rn, pt, pt_mem):
          f"{pt_mem['peak_rss_bytes'] / 1e6:.1f} (1 thr)", pt_mem["peak_rss_bytes"] / mem["peak_rss_bytes"],
          f"≤ weights {weight_bytes / 1e6:.1f} + 64 MiB", over <= 64 * 2 ** 20, f"+{over / 2 ** 20:.1f} MiB"),
         (f"decode ms/step, context {sizes['context_short']} → {sizes['context_long']}",
-         f"{short['decode_ms_per_step']:.2f} → {long_['decode_ms_per_step']:.2f}", "—", None,
+         f"{short['decode_ms_per_step']:.2f} → {long_['decode_ms_per_step']:.2f} ({short['threads']} thr)",
+         "—", None,
          "≤ +10 %", growth <= 0.10, f"{100 * growth:+.1f} %"),
     ]
     derived = dict(
@@ -862,7 +895,8 @@ def print_report(results, rows, quick):
           f"{ml['sgemm_peak_threads']} thr); read bandwidth {ml['read_bandwidth_gb_per_s']:.1f} GB/s "
           f"({ml['read_bandwidth_method']}, {ml['read_bandwidth_threads']} thr)")
     print(f"config {results['config_path']}: weights {dv['weight_bytes'] / 1e6:.1f} MB; medians of "
-          f"{results['repeat']}{' (quick sizes)' if quick else ''}; PyTorch numerics: {results['torch_numerics']}")
+          f"{results['repeat']} (paired measurements: median of {results['rounds']} alternating rounds)"
+          f"{' (quick sizes)' if quick else ''}; PyTorch numerics: {results['torch_numerics']}")
     print()
     print("| metric | retnet | PyTorch best (threads) | ratio | target | met? |")
     print("|---|---|---|---|---|---|")
@@ -885,6 +919,9 @@ def main():
     ap.add_argument("--retnet", default=os.path.join(ROOT, "build-rel", "tools", "retnet"))
     ap.add_argument("--config", default=os.path.join(ROOT, "benchmarks", "configs", "base.json"))
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (median)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds of the paired retnet measurements (batch 1 and batch N, "
+                         "the two contexts); the median round of each side is kept")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "compare.json"))
     ap.add_argument("--torch-threads", default="1,2", help="PyTorch thread counts to try")
@@ -914,7 +951,7 @@ def main():
     retnet_threads = [int(t) for t in a.retnet_threads.split(",")]
     params = dict(config=cfg_dict, sizes=sizes, repeat=a.repeat, torchscale=a.torch_numerics == "torchscale")
     results = dict(machine=dict(machine_info(), **binary_info(a.retnet)), config_path=os.path.abspath(a.config), config=cfg_dict,
-                   sizes=sizes, repeat=a.repeat, torch_numerics=a.torch_numerics, checks=checks)
+                   sizes=sizes, repeat=a.repeat, rounds=a.rounds, torch_numerics=a.torch_numerics, checks=checks)
 
     log("machine limits (sgemm, read bandwidth)...")
     results["machine_limits"] = measure_machine(params, torch_threads)
