@@ -102,9 +102,9 @@ void dot_block(const Scalar* x, Index x_stride, const Scalar* w, const Scalar* a
 /// met by groups of 8 x rows (16 sums in registers, summed by one lane_sums tree), with the block
 /// 2 blocks ahead prefetched during the first group. The shape was picked by a sweep over the
 /// base config's decode matrices at batch 8: in the model's batch-8 decode step (2 threads,
-/// tokens/s, 4 alternating runs each) 8 x 2 ran 1149-1242, 2 x 8 1067-1126, 4 x 4 1045-1081
-/// and the earlier 2 x 6 without the tree 978-1029. See BM_DecodeProduct in
-/// benchmarks/bench_kernels.cpp.
+/// tokens/s, 4 alternating runs each) 8 x 2 ran 1149-1242, 2 x 8 1067-1126 and 4 x 4 1045-1081;
+/// against the earlier 2 x 6 blocks without the tree, in another 4 alternating runs, 1225-1345
+/// against 1205-1266. See BM_DecodeProduct in benchmarks/bench_kernels.cpp.
 template <typename Scalar>
 void few_rows_product(const Matrix<Scalar>& x, const Matrix<Scalar>& weight,
                       Eigen::Ref<Matrix<Scalar>> y, Index begin, Index end) {
