@@ -97,6 +97,29 @@ TEST(Linear, TwoThreadSlicesMatchLoops) {
   retnet::set_num_threads(before);
 }
 
+TEST(Linear, SeveralWeightsInOneRegionMatchLoops) {
+  // linear over several weights (q, k, v, g in one parallel region): each product checked
+  // against loops, with weights below the 256-row threading threshold (thread 0 alone), above
+  // it, and not a multiple of 16; few rows and GEMM rows; one and two threads.
+  std::mt19937 rng(13);
+  const int before = retnet::num_threads();
+  for (int threads : {1, 2}) {
+    retnet::set_num_threads(threads);
+    for (Index rows : {1, 8, 40}) {
+      const auto x = random_matrix<float>(rows, 48, rng);
+      const auto a = random_matrix<float>(100, 48, rng);
+      const auto b = random_matrix<float>(300, 48, rng);
+      const auto c = random_matrix<float>(517, 48, rng);
+      Matrix<float> ya, yb, yc;
+      retnet::linear<float, 3>(x, {&a, &b, &c}, {&ya, &yb, &yc});
+      expect_matches_loops(x, a, ya, 1e-6);
+      expect_matches_loops(x, b, yb, 1e-6);
+      expect_matches_loops(x, c, yc, 1e-6);
+    }
+  }
+  retnet::set_num_threads(before);
+}
+
 TEST(Linear, ReusesTheOutputBuffer) {
   std::mt19937 rng(5);
   const auto x = random_matrix<float>(4, 64, rng);

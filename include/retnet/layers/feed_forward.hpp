@@ -31,14 +31,14 @@ class FeedForward {
         eps_(static_cast<Scalar>(config.eps)) {}
 
   void forward(const Matrix<Scalar>& x, FeedForwardScratch<Scalar>& s, Matrix<Scalar>& y) const {
-    linear(x, w_.fc1, s.hidden);
     if (glu_) {
+      linear<Scalar, 2>(x, {&w_.fc1, &w_.gate}, {&s.hidden, &s.gate});
       activate<Scalar>(activation_, s.hidden);
-      linear(x, w_.gate, s.gate);
       s.hidden.array() *= s.gate.array();
       linear(s.hidden, w_.fc2, y);
       return;
     }
+    linear(x, w_.fc1, s.hidden);
     s.hidden.rowwise() += w_.fc1_bias.transpose();
     activate<Scalar>(activation_, s.hidden);
     if (subln_) {

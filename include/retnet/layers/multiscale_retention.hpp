@@ -83,10 +83,8 @@ class MultiScaleRetention {
                Matrix<Scalar>& y) const {
     const Index batch = layout.batch, time = layout.time, rows = x.rows();
     const Index dv1 = dv_ + 1;
-    linear(x, w_.q_proj, s.q);
-    linear(x, w_.k_proj, s.k);
-    linear(x, w_.v_proj, s.v);
-    linear(x, w_.g_proj, s.g);
+    linear<Scalar, 4>(x, {&w_.q_proj, &w_.k_proj, &w_.v_proj, &w_.g_proj},
+                      {&s.q, &s.k, &s.v, &s.g});
 
     // Split into heads [batch, heads, time, ·], rotating q and k and scaling k by dk^-0.5.
     detail::resize_if_needed(s.qh, batch, heads_, time, dk_);
