@@ -43,14 +43,11 @@ void recurrent_retention_step(const Tensor3<Scalar>& q, const Tensor3<Scalar>& k
   detail::prepare_state(state, batch, heads, dk, dv);
   if (out.dimension(0) != batch || out.dimension(1) != heads || out.dimension(2) != dv)
     out.resize(batch, heads, dv);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (batch * heads > 1)
-#endif
-  for (Index bh = 0; bh < batch * heads; ++bh) {
+  parallel_for(batch * heads, [&](Index bh) {
     detail::recurrent_step_head(q.data() + bh * dk, k.data() + bh * dk, v.data() + bh * dv,
                                 decays[bh % heads], dk, dv, state.data() + bh * dk * dv,
                                 out.data() + bh * dv);
-  }
+  });
 }
 
 /// A whole sequence through the recurrence: q, k [batch, heads, T, dk], v [batch, heads, T, dv].
@@ -59,16 +56,16 @@ template <typename Scalar>
 void recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                          const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
                          RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
-  const auto [batch, heads, time, dk, dv] = detail::check_retention_args(q, k, v, decays);
+  // Plain locals, not a structured binding: C++17 lambdas (the parallel_for body) cannot
+  // capture those.
+  const std::array<Index, 5> dims = detail::check_retention_args(q, k, v, decays);
+  const Index batch = dims[0], heads = dims[1], time = dims[2], dk = dims[3], dv = dims[4];
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;
   detail::prepare_state(s, batch, heads, dk, dv);
   detail::resize_if_needed(out, batch, heads, time, dv);
 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-  for (Index bh = 0; bh < batch * heads; ++bh) {
+  parallel_for(batch * heads, [&](Index bh) {
     const Index h = bh % heads;
     Scalar* sh = s.data() + bh * dk * dv;
     for (Index n = 0; n < time; ++n) {
@@ -76,7 +73,7 @@ void recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                                   v.data() + (bh * time + n) * dv, decays[h], dk, dv, sh,
                                   out.data() + (bh * time + n) * dv);
     }
-  }
+  });
 }
 
 /// As above, returning a new output tensor.

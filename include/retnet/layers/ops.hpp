@@ -164,6 +164,33 @@ inline Index slice_edge(Index n, Index threads, Index t) {
   return t == threads ? n : (n * t / threads) / 16 * 16;
 }
 
+/// y_i = x W_iᵀ for i < count (weight_of(i) is W_i, output_of(i) is y_i, already shaped): each
+/// thread computes its slice of every product in turn, in one parallel region, so the threads
+/// meet once whatever the count (a decode step spent 18 % of its time with one thread waiting
+/// for the other at the end of a product when each product had its own region).
+template <typename Scalar, typename WeightOf, typename OutputOf>
+void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of,
+                     OutputOf output_of) {
+  const auto run = [&](Index t, Index threads) {
+    for (size_t i = 0; i < count; ++i) {
+      const Matrix<Scalar>& w = weight_of(i);
+      const Index n = w.rows();
+      const Index begin = slice_edge(n, threads, t), end = slice_edge(n, threads, t + 1);
+      if (end > begin) product_slice<Scalar>(x, w, output_of(i), begin, end);
+    }
+  };
+#ifdef _OPENMP
+  const Index threads = num_threads();
+  bool worth_splitting = false;
+  for (size_t i = 0; i < count; ++i) worth_splitting |= weight_of(i).rows() >= 256;
+  if (threads > 1 && worth_splitting && !omp_in_parallel()) {
+    parallel_for(threads, [&](Index t) { run(t, threads); });
+    return;
+  }
+#endif
+  run(0, 1);
+}
+
 }  // namespace detail
 
 /// y = x Wᵀ for a PyTorch-layout weight W [out, in].
@@ -181,19 +208,8 @@ template <typename Scalar>
 void linear(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Eigen::Ref<Matrix<Scalar>> y) {
   RETNET_REQUIRE(y.rows() == x.rows() && y.cols() == weight.rows(),
                  "linear: output block has the wrong shape");
-  const Index n = weight.rows();
-#ifdef _OPENMP
-  const Index threads = num_threads();
-  if (threads > 1 && n >= 256 && !omp_in_parallel()) {
-    parallel_for(threads, [&](Index t) {
-      const Index begin = detail::slice_edge(n, threads, t),
-                  end = detail::slice_edge(n, threads, t + 1);
-      if (end > begin) detail::product_slice(x, weight, y, begin, end);
-    });
-    return;
-  }
-#endif
-  detail::product_slice(x, weight, y, 0, n);
+  detail::sliced_products<Scalar>(
+      x, 1, [&](size_t) -> const Matrix<Scalar>& { return weight; }, [&](size_t) { return y; });
 }
 
 /// y = x Wᵀ, resizing y (no allocation when it already has the shape).
@@ -204,29 +220,14 @@ void linear(const Matrix<Scalar>& x, const Matrix<Scalar>& weight, Matrix<Scalar
 }
 
 /// y_i = x W_iᵀ for several weights that read the same x (q, k, v and g; fc1 and gate), each
-/// y_i resized. One parallel region for all: each thread computes its slice of every product in
-/// turn and the threads meet once, instead of once per product (a decode step spent 18 % of
-/// its time with one thread waiting for the other at the end of a product).
+/// y_i resized, in one parallel region (detail::sliced_products).
 template <typename Scalar, size_t N>
 void linear(const Matrix<Scalar>& x, const std::array<const Matrix<Scalar>*, N>& weights,
             const std::array<Matrix<Scalar>*, N>& ys) {
   for (size_t i = 0; i < N; ++i) ys[i]->resize(x.rows(), weights[i]->rows());
-#ifdef _OPENMP
-  const Index threads = num_threads();
-  if (threads > 1 && !omp_in_parallel()) {
-    parallel_for(threads, [&](Index t) {
-      for (size_t i = 0; i < N; ++i) {
-        const Index n = weights[i]->rows();
-        const Index begin = detail::slice_edge(n, threads, t),
-                    end = detail::slice_edge(n, threads, t + 1);
-        if (end > begin) detail::product_slice<Scalar>(x, *weights[i], *ys[i], begin, end);
-      }
-    });
-    return;
-  }
-#endif
-  for (size_t i = 0; i < N; ++i)
-    detail::product_slice<Scalar>(x, *weights[i], *ys[i], 0, weights[i]->rows());
+  detail::sliced_products<Scalar>(
+      x, N, [&](size_t i) -> const Matrix<Scalar>& { return *weights[i]; },
+      [&](size_t i) -> Matrix<Scalar>& { return *ys[i]; });
 }
 
 template <typename Scalar>
