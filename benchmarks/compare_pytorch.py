@@ -697,22 +697,11 @@ def run_worker(task, threads, params):
 
 
 
-def best_retnet(cli, config, threads_list, repeat, key, maximize, runs, label, **flags):
-    """Runs the bench at every thread count; returns the best run by `key`."""
-    found = []
-    for t in threads_list:
-        r = run_retnet(cli, config, t, repeat, **flags)
-        runs.append(dict(r, label=label))
-        found.append(r)
-        log(f"  retnet {t} thr {label}: {key} = {r[key]:.4g}")
-    return (max if maximize else min)(found, key=lambda r: r[key])
-
-
-def paired_retnet(cli, config, threads_list, repeat, rounds, key, runs, sides):
-    """Two measurements whose ratio is a target, run alternately (A B A B ...) `rounds` times at
-    each thread count, so that drift in a shared machine's speed falls on both sides alike.
-    `sides` is [(name, label, flags), (name, label, flags)]. Returns {name: {threads: the run
-    with the median `key` of its rounds}}."""
+def alternating_retnet(cli, config, threads_list, repeat, rounds, key, runs, sides):
+    """Retnet bench runs of one or more `sides` [(name, label, flags)], run alternately
+    (A B A B ...) `rounds` times at each thread count: with two sides whose ratio is a target,
+    drift in a shared machine's speed falls on both alike. Returns {name: {threads: the run with
+    the median `key` of its rounds}}."""
     found = {name: {} for name, _, _ in sides}
     for t in threads_list:
         done = {name: [] for name, _, _ in sides}
@@ -775,14 +764,15 @@ def measure_retnet(a, sizes, chunk, threads_list):
     """Every retnet measurement, best over the thread counts; returns (best runs, all runs)."""
     runs, best = [], {}
 
-    def run(name, label, key, maximize, **flags):
-        best[name] = best_retnet(a.retnet, a.config, threads_list, a.repeat, key, maximize, runs, label, **flags)
-
-    def pair(key, maximize, sides):
-        found = paired_retnet(a.retnet, a.config, threads_list, a.repeat, a.rounds, key, runs, sides)
+    def pair(key, maximize, sides, rounds=a.rounds):
+        """Each side's best over the thread counts (of its median round)."""
+        found = alternating_retnet(a.retnet, a.config, threads_list, a.repeat, rounds, key, runs, sides)
         for name, per_threads in found.items():
             best[name] = (max if maximize else min)(per_threads.values(), key=lambda r: r[key])
         return found
+
+    def run(name, label, key, maximize, **flags):
+        pair(key, maximize, [(name, label, flags)], rounds=1)
 
     nb, prompt, steps = sizes["decode_batch"], sizes["decode_prompt"], sizes["decode_steps"]
     decode = dict(prompt_len=prompt, gen_len=steps, mode="chunkwise", logits="last")
