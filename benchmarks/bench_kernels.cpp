@@ -1,9 +1,9 @@
 // The three retention kernels over sequence length T (one batch entry, the base config's heads:
 // 2 heads, dk 256, dv 432). Reports tokens per second; the parallel form is O(T²).
 // Also the decode product: one step's weight matrices of the base config (141.8 MB, more than
-// any cache) times a few rows, through retnet::linear and through Eigen's lazy product (and, at
-// 8 rows, with W stored in panels: a layout the library does not use yet); and a
-// prompt chunk's products (256 rows), through retnet::linear and Eigen's threaded GEMM.
+// any cache) times a few rows, through retnet::linear (W in panels) and through Eigen's lazy
+// product of row-major W; and a prompt chunk's products (256 rows), through retnet::linear and
+// Eigen's threaded GEMM.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -68,7 +68,8 @@ void BM_RecurrentRetention(benchmark::State& state) {
 // The matrices one decoding step multiplies, in order: per layer q, k, v, g, out, fc1, gate, fc2,
 // then the output projection (base config).
 struct DecodeWeights {
-  std::vector<retnet::Matrix<float>> matrices;
+  std::vector<retnet::Matrix<float>> matrices;      // row-major, for Eigen's products
+  std::vector<retnet::LinearWeight<float>> panels;  // the same, as the library stores them
   double bytes = 0;
   DecodeWeights() {
     const Index d = 512, dv = 864, ffn = 864, vocab = 32000;
@@ -77,12 +78,16 @@ struct DecodeWeights {
     for (int layer = 0; layer < 6; ++layer)
       for (const auto& s : shapes) matrices.push_back(retnet::Matrix<float>::Random(s[0], s[1]));
     matrices.push_back(retnet::Matrix<float>::Random(vocab, d));
-    for (const auto& m : matrices) bytes += double(m.size()) * sizeof(float);
+    for (const auto& m : matrices) {
+      panels.emplace_back(m);
+      bytes += double(m.size()) * sizeof(float);
+    }
   }
 };
 
-// range(0): rows of x (the decoding batch); range(1): 0 = retnet::linear, 1 = Eigen's
-// coefficient-wise product in blocks of 8 rows of W (what linear did before its own kernel).
+// range(0): rows of x (the decoding batch); range(1): 0 = retnet::linear (W in panels), 1 =
+// Eigen's coefficient-wise product of row-major W in blocks of 8 rows (what linear did before it
+// had a kernel of its own).
 void BM_DecodeProduct(benchmark::State& state) {
   static const DecodeWeights weights;
   const Index rows = state.range(0);
@@ -90,10 +95,11 @@ void BM_DecodeProduct(benchmark::State& state) {
   const retnet::Matrix<float> x864 = retnet::Matrix<float>::Random(rows, 864);
   retnet::Matrix<float> y;
   for (auto _ : state) {
-    for (const auto& w : weights.matrices) {
+    for (size_t i = 0; i < weights.matrices.size(); ++i) {
+      const auto& w = weights.matrices[i];
       const auto& x = w.cols() == 512 ? x512 : x864;
       if (state.range(1) == 0) {
-        retnet::linear(x, w, y);
+        retnet::linear(x, weights.panels[i], y);
       } else {
         y.resize(rows, w.rows());
         for (Index j = 0; j < w.rows(); j += 8) {
@@ -112,99 +118,17 @@ void BM_DecodeProduct(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 
-// The same matrices stored in panels of 3 SIMD packets of W's rows (48 rows with AVX-512),
-// [panels][k][48], zero past the last row, and multiplied by 8 rows of x with broadcast values:
-// one sequential stream of W per thread and no lane sums. Not used by the library: Eigen's GEMM
-// cannot read panels, so prompts would need a GEMM of their own. Kept as the measurement behind
-// "Why batch 8 stops at about 3.5 × here" in docs/PERFORMANCE.md; compare with
-// BM_DecodeProduct/8/0 at the same OMP_NUM_THREADS.
-struct PanelWeights {
-  using Packet = Eigen::internal::packet_traits<float>::type;
-  static constexpr Index kLanes = Eigen::internal::packet_traits<float>::size;
-  static constexpr Index kWidth = 3 * kLanes;
-  struct Panels {
-    Index n = 0, k = 0, count = 0;
-    std::vector<float, Eigen::aligned_allocator<float>> data;
-  };
-  std::vector<Panels> matrices;
-  explicit PanelWeights(const DecodeWeights& weights) {
-    for (const auto& m : weights.matrices) {
-      Panels p;
-      p.n = m.rows(), p.k = m.cols(), p.count = (p.n + kWidth - 1) / kWidth;
-      p.data.assign(static_cast<size_t>(p.count * p.k * kWidth), 0.f);
-      for (Index r = 0; r < p.n; ++r)
-        for (Index c = 0; c < p.k; ++c)
-          p.data[static_cast<size_t>(((r / kWidth) * p.k + c) * kWidth + r % kWidth)] = m(r, c);
-      matrices.push_back(std::move(p));
-    }
-  }
-  // y [8, n] = x W^T for panels [begin, end), with xt = x transposed, [k, 8].
-  static void product(const Panels& w, const float* xt, float* y, Index begin, Index end) {
-    namespace ei = Eigen::internal;
-    for (Index panel = begin; panel < end; ++panel) {
-      Packet acc[8][3];
-      for (auto& row : acc)
-        for (auto& a : row) a = ei::pset1<Packet>(0.f);
-      const float* wp = w.data.data() + panel * w.k * kWidth;
-      for (Index c = 0; c < w.k; ++c, wp += kWidth) {
-        const Packet w0 = ei::pload<Packet>(wp), w1 = ei::pload<Packet>(wp + kLanes),
-                     w2 = ei::pload<Packet>(wp + 2 * kLanes);
-        for (int i = 0; i < 8; ++i) {
-          const Packet xb = ei::pset1<Packet>(xt[c * 8 + i]);
-          acc[i][0] = ei::pmadd(xb, w0, acc[i][0]);
-          acc[i][1] = ei::pmadd(xb, w1, acc[i][1]);
-          acc[i][2] = ei::pmadd(xb, w2, acc[i][2]);
-        }
-      }
-      const Index first = panel * kWidth, cols = std::min(kWidth, w.n - first);
-      alignas(64) float out[kWidth];
-      for (int i = 0; i < 8; ++i) {
-        for (int j = 0; j < 3; ++j) ei::pstore(out + j * kLanes, acc[i][j]);
-        std::copy_n(out, cols, y + i * w.n + first);
-      }
-    }
-  }
-};
-
-void BM_DecodeProductPanels(benchmark::State& state) {
-  static const DecodeWeights weights;
-  static const PanelWeights panels(weights);
-  retnet::Matrix<float> xt512 = retnet::Matrix<float>::Random(512, 8);  // x transposed
-  retnet::Matrix<float> xt864 = retnet::Matrix<float>::Random(864, 8);
-  std::vector<float> y(8 * 32000);
-  {  // the panels compute the same product as retnet::linear (output projection, 32000 x 512)
-    const auto& w = panels.matrices.back();
-    PanelWeights::product(w, xt512.data(), y.data(), 0, w.count);
-    retnet::Matrix<float> expected;
-    retnet::linear(retnet::Matrix<float>(xt512.transpose()), weights.matrices.back(), expected);
-    const retnet::ConstMatrixMap<float> got(y.data(), 8, w.n);
-    if (!got.isApprox(expected, 1e-5f)) state.SkipWithError("panel product differs from linear");
-  }
-  const Index threads = retnet::num_threads();
-  for (auto _ : state) {
-    for (const auto& w : panels.matrices) {
-      const float* xt = w.k == 512 ? xt512.data() : xt864.data();
-      retnet::parallel_for(threads, [&](Index t) {
-        PanelWeights::product(w, xt, y.data(), w.count * t / threads, w.count * (t + 1) / threads);
-      });
-      benchmark::DoNotOptimize(y.data());
-    }
-  }
-  state.counters["GB/s"] =
-      benchmark::Counter(weights.bytes * double(state.iterations()), benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(weights.bytes / sizeof(float) * 2.0 * 8 * double(state.iterations()) / 1e9,
-                         benchmark::Counter::kIsRate);
-}
-
 // A prompt chunk's products: 256 rows through the output projection (32000 x 512) and one
 // layer's matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (a
 // single-threaded GEMM per thread on its slice of W's rows), 1 = Eigen's own threaded GEMM.
 void BM_PromptProduct(benchmark::State& state) {
   const Index rows = 256, d = 512, dv = 864, ffn = 864;
   std::vector<retnet::Matrix<float>> matrices;
-  for (const auto& s : {std::pair<Index, Index>{32000, d}, {d, d}, {dv, d}, {d, dv}, {ffn, d}})
+  std::vector<retnet::LinearWeight<float>> panels;
+  for (const auto& s : {std::pair<Index, Index>{32000, d}, {d, d}, {dv, d}, {d, dv}, {ffn, d}}) {
     matrices.push_back(retnet::Matrix<float>::Random(s.first, s.second));
+    panels.emplace_back(matrices.back());
+  }
   const retnet::Matrix<float> x512 = retnet::Matrix<float>::Random(rows, 512);
   const retnet::Matrix<float> x864 = retnet::Matrix<float>::Random(rows, 864);
   retnet::Matrix<float> y;
@@ -213,10 +137,11 @@ void BM_PromptProduct(benchmark::State& state) {
   double flops = 0;
   for (const auto& w : matrices) flops += 2.0 * rows * double(w.size());
   for (auto _ : state) {
-    for (const auto& w : matrices) {
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const auto& w = matrices[i];
       const auto& x = w.cols() == 512 ? x512 : x864;
       if (state.range(1) == 0) {
-        retnet::linear(x, w, y);
+        retnet::linear(x, panels[i], y);
       } else {
         y.resize(rows, w.rows());
         y.noalias() = x * w.transpose();
@@ -234,7 +159,6 @@ void BM_PromptProduct(benchmark::State& state) {
 
 BENCHMARK(BM_PromptProduct)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeProduct)->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DecodeProductPanels)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParallelRetention)
     ->RangeMultiplier(2)
     ->Range(256, 8192)

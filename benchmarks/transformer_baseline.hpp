@@ -90,7 +90,7 @@ struct TransformerConfig {
 template <typename Scalar>
 struct TransformerLayerWeights {
   Norm<Scalar> attn_norm;
-  Matrix<Scalar> q_proj, k_proj, v_proj, out_proj;  // [d, d]
+  retnet::LinearWeight<Scalar> q_proj, k_proj, v_proj, out_proj;  // [d, d]
   Norm<Scalar> ffn_norm;
   retnet::FeedForwardWeights<Scalar> ffn;  // fc1, gate [F, d], fc2 [d, F]
 };
@@ -100,17 +100,18 @@ struct TransformerWeights {
   Matrix<Scalar> embed;  // [vocab, d]
   std::vector<TransformerLayerWeights<Scalar>> layers;
   Norm<Scalar> final_norm;
-  Matrix<Scalar> output;  // [vocab, d]
+  retnet::LinearWeight<Scalar> output;  // [vocab, d]
 
   /// Seeded random weights drawn as retnet::ModelWeights::random draws them: matrices
   /// ~ N(0, 1/in), norm weights ~ 1 + N(0, 0.1).
   static TransformerWeights random(const TransformerConfig& c, uint64_t seed) {
     c.validate();
     std::mt19937_64 rng(seed);
-    auto matrix = [&](Matrix<Scalar>& m, int64_t rows, int64_t cols) {
+    auto matrix = [&](auto& m, int64_t rows, int64_t cols) {
       std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(double(cols)));
-      m.resize(rows, cols);
-      for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<Scalar>(normal(rng));
+      retnet::ModelWeights<Scalar>::write_row_major(m, {rows, cols}, [&](Scalar* p) {
+        for (Index i = 0; i < rows * cols; ++i) p[i] = static_cast<Scalar>(normal(rng));
+      });
     };
     auto norm = [&](Norm<Scalar>& n, int64_t size) {
       std::normal_distribution<double> normal(1.0, 0.1);

@@ -144,7 +144,10 @@ TEST(RandomModels, ThreeFormsAgreeInFloat) {
 TEST(RandomModels, FormsAgreeWhenTheRowSumClampIsActive) {
   ModelConfig c = variants()[0].config;
   auto weights = ModelWeights<double>::random(c, 9);
-  for (auto& l : weights.layers) l.retention.k_proj *= 30.0, l.retention.q_proj *= 30.0;
+  for (auto& l : weights.layers) {
+    l.retention.k_proj = retnet::LinearWeight<double>(l.retention.k_proj.to_matrix() * 30.0);
+    l.retention.q_proj = retnet::LinearWeight<double>(l.retention.q_proj.to_matrix() * 30.0);
+  }
   RetNetModel<double> model(c, std::move(weights));
   const auto tokens = random_tokens(2, 30, c.vocab_size, 3);
   const auto parallel = model.forward(tokens, Form::kParallel);

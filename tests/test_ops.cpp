@@ -1,4 +1,5 @@
-// layers/ops.hpp: the products every layer is built from, against plain loops.
+// layers/linear.hpp and layers/ops.hpp: the products every layer is built from, against plain
+// loops.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,18 +43,19 @@ void expect_matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w, cons
 template <typename Scalar>
 void check_shapes(double tolerance) {
   std::mt19937 rng(7);
-  // Every row count of the few-rows kernel (1..16: groups of 8 rows summed by the lane_sums
-  // tree, then pairs, an odd last row) and the GEMM above it; inner sizes that are and are not
-  // multiples of the SIMD width; output sizes below, at and past the 2-row blocks of W, the
-  // prefetch distance and the 256-row threading threshold. (Swapping two lanes of the tree's
-  // output order fails this test and the next.)
-  for (Index rows = 1; rows <= 17; ++rows)
-    for (Index inner : {1, 5, 16, 33, 100})
-      for (Index out : {1, 6, 13, 19, 300}) {
+  // Every row count of the decode path (1..16: blocks of 8, 4, 2 and 1 rows of x, one pass over
+  // each panel) and the blocked prompt path above it (17, 40; 300 rows: past the 256-row block);
+  // inner sizes below and past the 128-value depth block (partial sums accumulated in y); output
+  // sizes below, at and past one 48-row panel (the zero-padded last panel), and past the 256-row
+  // threading threshold.
+  for (Index rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 16, 17, 40, 300})
+    for (Index inner : {1, 5, 16, 33, 129, 300})
+      for (Index out : {1, 13, 47, 48, 49, 300}) {
+        if (rows == 300 && out == 300 && inner > 33) continue;  // the loops' check takes seconds
         const auto x = random_matrix<Scalar>(rows, inner, rng);
         const auto w = random_matrix<Scalar>(out, inner, rng);
         Matrix<Scalar> y;
-        retnet::linear(x, w, y);
+        retnet::linear(x, retnet::LinearWeight<Scalar>(w), y);
         expect_matches_loops(x, w, y, tolerance);
       }
 }
@@ -65,24 +67,60 @@ TEST(Linear, DoubleMatchesLoopsForEveryRowCount) {
   check_shapes<double>(1e-14);
 }
 
-TEST(Linear, SameResultWithOneAndTwoThreads) {
-  std::mt19937 rng(3);
-  const auto x = random_matrix<float>(8, 512, rng);
-  const auto w = random_matrix<float>(1000, 512, rng);
-  Matrix<float> one, two;
-  const int before = retnet::num_threads();
-  retnet::set_num_threads(1);
-  retnet::linear(x, w, one);
-  retnet::set_num_threads(2);
-  retnet::linear(x, w, two);
-  retnet::set_num_threads(before);
-  // Each output is one dot product computed the same way whichever thread owns its column.
-  EXPECT_EQ(one, two);
+TEST(LinearWeight, PanelsHoldTheRowsOfW) {
+  std::mt19937 rng(17);
+  for (Index rows : {1, 47, 48, 50, 97}) {
+    const auto w = random_matrix<float>(rows, 9, rng);
+    const retnet::LinearWeight<float> packed(w);
+    EXPECT_EQ(packed.rows(), rows);
+    EXPECT_EQ(packed.cols(), 9);
+    EXPECT_EQ(packed.panels(), (rows + 47) / 48);
+    EXPECT_EQ(packed.to_matrix(), w);
+    // Panel p, element (q, r) = W[48p + r, q]; rows past W are zero.
+    const Index last = packed.panels() - 1;
+    for (Index q = 0; q < 9; ++q) {
+      EXPECT_EQ(packed.panel(last)[q * 48 + (rows - 1) % 48], w(rows - 1, q));
+      for (Index r = rows - 48 * last; r < 48; ++r) EXPECT_EQ(packed.panel(last)[q * 48 + r], 0.f);
+    }
+    std::vector<float> row(9);
+    packed.copy_row(rows / 2, row.data());
+    for (Index q = 0; q < 9; ++q) EXPECT_EQ(row[size_t(q)], w(rows / 2, q));
+  }
+  const retnet::LinearWeight<float> packed(random_matrix<float>(5, 3, rng));
+  std::vector<float> row(3);
+  EXPECT_THROW(packed.copy_row(5, row.data()), retnet::InvalidArgument);
 }
 
-TEST(Linear, TwoThreadSlicesMatchLoops) {
-  // Both paths split W's rows between threads (slice edges on multiples of 16 columns): the
-  // few-rows kernel and the per-slice GEMM, with output sizes that do and do not divide evenly.
+TEST(Linear, RejectsMismatchedShapes) {
+  std::mt19937 rng(19);
+  const retnet::LinearWeight<float> w(random_matrix<float>(6, 4, rng));
+  Matrix<float> y;
+  EXPECT_THROW(retnet::linear(random_matrix<float>(2, 5, rng), w, y), retnet::InvalidArgument);
+  Matrix<float> wrong(2, 5);
+  EXPECT_THROW(retnet::linear(random_matrix<float>(2, 4, rng), w, Eigen::Ref<Matrix<float>>(wrong)),
+               retnet::InvalidArgument);
+}
+
+TEST(Linear, SameResultWithOneAndTwoThreads) {
+  std::mt19937 rng(3);
+  const retnet::LinearWeight<float> w(random_matrix<float>(1000, 512, rng));
+  const int before = retnet::num_threads();
+  for (Index rows : {8, 100}) {
+    const auto x = random_matrix<float>(rows, 512, rng);
+    Matrix<float> one, two;
+    retnet::set_num_threads(1);
+    retnet::linear(x, w, one);
+    retnet::set_num_threads(2);
+    retnet::linear(x, w, two);
+    // Each output is summed the same way whichever thread owns its panel.
+    EXPECT_EQ(one, two);
+  }
+  retnet::set_num_threads(before);
+}
+
+TEST(Linear, TwoThreadSharesMatchLoops) {
+  // Both paths split W's panels between threads, with output sizes that do and do not divide
+  // into whole panels.
   std::mt19937 rng(11);
   const int before = retnet::num_threads();
   retnet::set_num_threads(2);
@@ -91,7 +129,7 @@ TEST(Linear, TwoThreadSlicesMatchLoops) {
       const auto x = random_matrix<float>(rows, 70, rng);
       const auto w = random_matrix<float>(out, 70, rng);
       Matrix<float> y;
-      retnet::linear(x, w, y);
+      retnet::linear(x, retnet::LinearWeight<float>(w), y);
       expect_matches_loops(x, w, y, 1e-6);
     }
   retnet::set_num_threads(before);
@@ -100,7 +138,7 @@ TEST(Linear, TwoThreadSlicesMatchLoops) {
 TEST(Linear, SeveralWeightsInOneRegionMatchLoops) {
   // linear over several weights (q, k, v, g in one parallel region): each product checked
   // against loops, with weights below the 256-row threading threshold (thread 0 alone), above
-  // it, and not a multiple of 16; few rows and GEMM rows; one and two threads.
+  // it, and not whole panels; few rows and many; one and two threads.
   std::mt19937 rng(13);
   const int before = retnet::num_threads();
   for (int threads : {1, 2}) {
@@ -110,8 +148,9 @@ TEST(Linear, SeveralWeightsInOneRegionMatchLoops) {
       const auto a = random_matrix<float>(100, 48, rng);
       const auto b = random_matrix<float>(300, 48, rng);
       const auto c = random_matrix<float>(517, 48, rng);
+      const retnet::LinearWeight<float> pa(a), pb(b), pc(c);
       Matrix<float> ya, yb, yc;
-      retnet::linear<float, 3>(x, {&a, &b, &c}, {&ya, &yb, &yc});
+      retnet::linear<float, 3>(x, {&pa, &pb, &pc}, {&ya, &yb, &yc});
       expect_matches_loops(x, a, ya, 1e-6);
       expect_matches_loops(x, b, yb, 1e-6);
       expect_matches_loops(x, c, yc, 1e-6);
@@ -123,7 +162,7 @@ TEST(Linear, SeveralWeightsInOneRegionMatchLoops) {
 TEST(Linear, ReusesTheOutputBuffer) {
   std::mt19937 rng(5);
   const auto x = random_matrix<float>(4, 64, rng);
-  const auto w = random_matrix<float>(32, 64, rng);
+  const retnet::LinearWeight<float> w(random_matrix<float>(32, 64, rng));
   Matrix<float> y;
   retnet::linear(x, w, y);
   const float* data = y.data();

@@ -48,8 +48,8 @@ MatrixD rms_norm(const MatrixD& x, const retnet::Vector<float>& weight, double e
   return y;
 }
 
-MatrixD times_transpose(const MatrixD& x, const Matrix<float>& w) {
-  return x * w.cast<double>().transpose();
+MatrixD times_transpose(const MatrixD& x, const retnet::LinearWeight<float>& w) {
+  return x * w.to_matrix().cast<double>().transpose();
 }
 
 /// Logits of every position [time, vocab], recomputing full causal attention over the sequence.

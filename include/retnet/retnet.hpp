@@ -10,6 +10,7 @@
 #include "retnet/kernels/retention.hpp"
 #include "retnet/layers/decoder_layer.hpp"
 #include "retnet/layers/feed_forward.hpp"
+#include "retnet/layers/linear.hpp"
 #include "retnet/layers/multiscale_retention.hpp"
 #include "retnet/model/config.hpp"
 #include "retnet/model/load.hpp"

@@ -3,14 +3,15 @@
 //   plain (HF use_glu: false, the paper): fc2(sub_ln(act(fc1 x + b1))) + b2, sub_ln only with subln
 #pragma once
 
+#include "retnet/layers/linear.hpp"
 #include "retnet/layers/ops.hpp"
 
 namespace retnet {
 
 template <typename Scalar>
 struct FeedForwardWeights {
-  Matrix<Scalar> fc1, gate;           // [F, d]; gate is GLU only
-  Matrix<Scalar> fc2;                 // [d, F]
+  LinearWeight<Scalar> fc1, gate;     // [F, d]; gate is GLU only
+  LinearWeight<Scalar> fc2;           // [d, F]
   Vector<Scalar> fc1_bias, fc2_bias;  // plain only
   Norm<Scalar> sub_norm;              // plain with subln only: LayerNorm over F
 };

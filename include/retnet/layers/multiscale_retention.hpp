@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "retnet/kernels/retention.hpp"
+#include "retnet/layers/linear.hpp"
 #include "retnet/layers/ops.hpp"
 #include "retnet/layers/rotation.hpp"
 
@@ -22,9 +23,9 @@ inline const char* form_name(Form f) {
 
 template <typename Scalar>
 struct RetentionWeights {
-  Matrix<Scalar> q_proj, k_proj;  // [d, d]
-  Matrix<Scalar> v_proj, g_proj;  // [Dv, d]
-  Matrix<Scalar> out_proj;        // [d, Dv]
+  LinearWeight<Scalar> q_proj, k_proj;  // [d, d]
+  LinearWeight<Scalar> v_proj, g_proj;  // [Dv, d]
+  LinearWeight<Scalar> out_proj;        // [d, Dv]
 };
 
 /// Where the rows of an activation matrix come from: row b·time + t is position

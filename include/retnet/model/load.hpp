@@ -16,13 +16,17 @@ ModelWeights<Scalar> load_weights(CheckpointReader& reader, const ModelConfig& c
   ModelWeights<Scalar> w;
   w.allocate(config);
   w.visit(config, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
-    reader.template read<Scalar>(name, shape, t.data());
+    ModelWeights<Scalar>::write_row_major(
+        t, shape, [&](Scalar* p) { reader.template read<Scalar>(name, shape, p); });
   });
-  // Tied checkpoints usually omit the output projection; if one is stored anyway, use it.
+  // Tied checkpoints usually omit the output projection; if one is stored anyway, use it (and
+  // keep the embedding apart, in rows).
   if (config.tie_embeddings && reader.has("output_projection.weight")) {
-    w.output.resize(config.vocab_size, config.embed_dim);
-    reader.template read<Scalar>("output_projection.weight", {config.vocab_size, config.embed_dim},
-                                 w.output.data());
+    w.embed = w.output.to_matrix();
+    w.output.assign(config.vocab_size, config.embed_dim, [&](Scalar* p) {
+      reader.template read<Scalar>("output_projection.weight",
+                                   {config.vocab_size, config.embed_dim}, p);
+    });
   }
   reader.check_all_consumed();
   return w;

@@ -168,7 +168,10 @@ class RetNetModel {
     auto& x = scratch_.x;
     x.resize(batch * len, d);
     for (Index b = 0; b < batch; ++b)
-      for (Index t = 0; t < len; ++t) x.row(b * len + t) = w.embed.row(tokens(b, t)) * scale;
+      for (Index t = 0; t < len; ++t) {
+        w.embedding(tokens(b, t), x.row(b * len + t).data());
+        x.row(b * len + t) *= scale;
+      }
     const Scalar eps = static_cast<Scalar>(config_.eps);
     if (config_.layernorm_embedding) {
       w.embed_norm.apply(x, eps, scratch_.normed);
@@ -226,10 +229,13 @@ class RetNetModel {
                              std::to_string(t.cols()) + ", expected " + std::to_string(rows) + "x" +
                              std::to_string(cols));
         });
-    if (weights_->output.size())
-      RETNET_REQUIRE(weights_->output.rows() == config_.vocab_size &&
-                         weights_->output.cols() == config_.embed_dim,
-                     "RetNetModel: output projection has the wrong shape");
+    RETNET_REQUIRE(weights_->output.rows() == config_.vocab_size &&
+                       weights_->output.cols() == config_.embed_dim,
+                   "RetNetModel: output projection has the wrong shape");
+    if (config_.tie_embeddings && weights_->embed.size())
+      RETNET_REQUIRE(weights_->embed.rows() == config_.vocab_size &&
+                         weights_->embed.cols() == config_.embed_dim,
+                     "RetNetModel: embedding has the wrong shape");
   }
 
   ModelConfig config_;

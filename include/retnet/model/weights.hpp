@@ -1,6 +1,7 @@
 // All parameters of a RetNet decoder, with the shapes of RETNET.md ("Checkpoint layout").
 #pragma once
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -10,21 +11,36 @@
 
 namespace retnet {
 
+template <typename T>
+struct is_linear_weight : std::false_type {};
+template <typename Scalar>
+struct is_linear_weight<LinearWeight<Scalar>> : std::true_type {};
+
 template <typename Scalar>
 struct ModelWeights {
-  Matrix<Scalar> embed;     // [vocab, d]
+  // A tied model holds its embedding once, as the output projection: its rows are gathered from
+  // the panels (a few per token) while the projection reads them as panels.
+  Matrix<Scalar> embed;     // [vocab, d]; empty when tied, unless the checkpoint stored both
   Norm<Scalar> embed_norm;  // layernorm_embedding only
   std::vector<DecoderLayerWeights<Scalar>> layers;
   Norm<Scalar> final_norm;
-  Matrix<Scalar> output;  // [vocab, d]; empty when tied to `embed`
+  LinearWeight<Scalar> output;  // [vocab, d]
 
-  const Matrix<Scalar>& output_projection() const { return output.size() ? output : embed; }
+  const LinearWeight<Scalar>& output_projection() const { return output; }
+
+  /// out[0, d) = the embedding of `token`.
+  void embedding(Index token, Scalar* out) const {
+    if (embed.size())
+      std::copy_n(embed.row(token).data(), embed.cols(), out);
+    else
+      output.copy_row(token, out);
+  }
 
   size_t size_bytes(const ModelConfig& c) const {
     size_t n = 0;
     visit(c,
           [&](const std::string&, const auto& t, const std::vector<int64_t>&) { n += t.size(); });
-    if (c.tie_embeddings) n += static_cast<size_t>(output.size());  // an untied copy was loaded
+    if (c.tie_embeddings) n += static_cast<size_t>(embed.size());  // both were stored
     return n * sizeof(Scalar);
   }
 
@@ -50,9 +66,24 @@ struct ModelWeights {
                            name.find("norm") != std::string::npos;
       const double stdev = shape.size() == 2 ? 1.0 / std::sqrt(double(shape[1])) : 0.1;
       std::normal_distribution<double> normal(is_norm ? 1.0 : 0.0, stdev);
-      for (Index i = 0; i < t.size(); ++i) t.data()[i] = static_cast<Scalar>(normal(rng));
+      write_row_major(t, shape, [&](Scalar* p) {
+        for (Index i = 0; i < t.size(); ++i) p[i] = static_cast<Scalar>(normal(rng));
+      });
     });
     return w;
+  }
+
+  /// Gives tensor t (a LinearWeight, Matrix or Vector) the shape and the values fill(p) writes
+  /// to p in row-major order: checkpoints and random draws go through here.
+  template <typename T, typename Fill>
+  static void write_row_major(T& t, const std::vector<int64_t>& shape, Fill&& fill) {
+    const Index rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+    if constexpr (is_linear_weight<T>::value) {
+      t.assign(rows, cols, fill);
+    } else {
+      t.resize(rows, cols);
+      fill(t.data());
+    }
   }
 
   /// Gives every tensor the shape the config asks for (contents undefined).
@@ -76,7 +107,10 @@ struct ModelWeights {
       f(name + ".weight", n.weight, std::vector<int64_t>{size});
       if (layer_norm) f(name + ".bias", n.bias, std::vector<int64_t>{size});
     };
-    f("embed_tokens.weight", w.embed, std::vector<int64_t>{vocab, d});
+    if (c.tie_embeddings)
+      f("embed_tokens.weight", w.output, std::vector<int64_t>{vocab, d});
+    else
+      f("embed_tokens.weight", w.embed, std::vector<int64_t>{vocab, d});
     if (c.layernorm_embedding) norm("layernorm_embedding", w.embed_norm, d);
     for (int64_t i = 0; i < c.layers; ++i) {
       auto& l = w.layers[static_cast<size_t>(i)];
