@@ -4,8 +4,11 @@
 
 #include <sstream>
 
+#include <fstream>
+
 #include "retention_reference.hpp"
 #include "retnet/retnet.hpp"
+#include "temp_dir.hpp"
 
 using namespace retnet;
 using retnet::testing::relative_error;
@@ -153,6 +156,36 @@ TEST(RandomModels, FormsAgreeWhenTheRowSumClampIsActive) {
   const auto parallel = model.forward(tokens, Form::kParallel);
   EXPECT_LE(relative_error(model.forward(tokens, Form::kRecurrent), parallel), 1e-10);
   EXPECT_LE(relative_error(model.forward(tokens, Form::kChunkwise, 4), parallel), 1e-10);
+}
+
+// A tied checkpoint that stores an output projection anyway: the model embeds with
+// embed_tokens and projects with output_projection, as the untied model with the same tensors.
+TEST(LoadModel, TiedCheckpointWithAnOutputProjectionUsesBoth) {
+  ModelConfig untied = variants()[0].config;
+  const auto weights = ModelWeights<float>::random(untied, 31);
+  std::vector<Matrix<float>> rows;  // row-major copies that SavedTensor points into
+  rows.reserve(64);
+  std::vector<SavedTensor> saved;
+  weights.visit(untied, [&](const std::string& name, const auto& t,
+                            const std::vector<int64_t>& shape) {
+    if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+      rows.push_back(t.to_matrix());
+    else
+      rows.push_back(Eigen::Map<const Matrix<float>>(t.data(), t.rows(), t.cols()));
+    saved.push_back({name, DType::F32, shape, rows.back().data()});
+  });
+  retnet::testing::TempDir dir;
+  save_safetensors(dir.file("model.safetensors"), saved);
+  ModelConfig tied = untied;
+  tied.tie_embeddings = true;
+  std::ofstream(dir.file("config.json")) << tied.to_json().dump();
+  const auto loaded = load_model<float>(dir.str());
+  EXPECT_EQ(loaded.weights().embed, weights.embed);
+  EXPECT_EQ(loaded.weights().output.to_matrix(), weights.output.to_matrix());
+  RetNetModel<float> reference(untied, ModelWeights<float>(weights));
+  auto model = loaded;
+  const auto tokens = random_tokens(2, 9, untied.vocab_size, 4);
+  EXPECT_EQ(model.forward(tokens, Form::kParallel), reference.forward(tokens, Form::kParallel));
 }
 
 // --- states ---
