@@ -731,6 +731,18 @@ def binary_info(cli):
                 retnet_binary_older_than_sources=newest > built)
 
 
+def torch_blas():
+    """The BLAS library this process's torch multiplies with (from /proc/self/maps). Debian's
+    python3-torch links libblas.so.3, whatever the alternatives system selects: with the
+    reference BLAS (package libblas3 alone) torch's sgemm ran at 6 GFLOP/s on a machine where
+    OpenBLAS (libopenblas0-pthread) gives about 100 per thread, which would make PyTorch a
+    straw man."""
+    torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+    with open("/proc/self/maps") as f:
+        libs = sorted({line.split()[-1] for line in f if "blas" in line.split()[-1].lower()})
+    return os.path.realpath(libs[0]) if libs else "unknown"
+
+
 def machine_info():
     cpu = "unknown"
     with open("/proc/cpuinfo") as f:
@@ -745,7 +757,10 @@ def machine_info():
                                     capture_output=True, text=True).stdout.strip())
     except OSError:
         commit, dirty = "unknown", None
-    return dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__, numpy=np.__version__,
+    blas = torch_blas()
+    if "openblas" not in blas and "mkl" not in blas:
+        log(f"WARNING: torch multiplies with {blas}, not an optimised BLAS; install libopenblas0-pthread")
+    return dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__, torch_blas=blas, numpy=np.__version__,
                 python=platform.python_version(), platform=platform.platform(),
                 date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 retnet_commit=commit, retnet_tree_modified=dirty, load_average_start=os.getloadavg())
@@ -876,7 +891,8 @@ def print_report(results, rows, quick):
     m, ml, dv = results["machine"], results["machine_limits"], results["derived"]
     g = ml["sgemm_peak_shape"]
     print()
-    print(f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, retnet {m['retnet_commit']}"
+    print(f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m.get('torch_blas', 'BLAS unknown')}), "
+          f"retnet {m['retnet_commit']}"
           f"{' (modified tree)' if m['retnet_tree_modified'] else ''}; load average "
           f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end")
     if m["retnet_binary_older_than_sources"]:
