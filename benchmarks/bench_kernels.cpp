@@ -119,8 +119,8 @@ void BM_DecodeProduct(benchmark::State& state) {
 }
 
 // A prompt chunk's products: 256 rows through the output projection (32000 x 512) and one
-// layer's matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (a
-// single-threaded GEMM per thread on its slice of W's rows), 1 = Eigen's own threaded GEMM.
+// layer's matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (W in
+// panels, each thread multiplying its share of them), 1 = Eigen's own threaded GEMM of row-major W.
 void BM_PromptProduct(benchmark::State& state) {
   const Index rows = 256, d = 512, dv = 864, ffn = 864;
   std::vector<retnet::Matrix<float>> matrices;

@@ -2,9 +2,8 @@
 // models of every supported kind, and states handed from one form to another.
 #include <gtest/gtest.h>
 
-#include <sstream>
-
 #include <fstream>
+#include <sstream>
 
 #include "retention_reference.hpp"
 #include "retnet/retnet.hpp"
@@ -166,14 +165,14 @@ TEST(LoadModel, TiedCheckpointWithAnOutputProjectionUsesBoth) {
   std::vector<Matrix<float>> rows;  // row-major copies that SavedTensor points into
   rows.reserve(64);
   std::vector<SavedTensor> saved;
-  weights.visit(untied, [&](const std::string& name, const auto& t,
-                            const std::vector<int64_t>& shape) {
-    if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
-      rows.push_back(t.to_matrix());
-    else
-      rows.push_back(Eigen::Map<const Matrix<float>>(t.data(), t.rows(), t.cols()));
-    saved.push_back({name, DType::F32, shape, rows.back().data()});
-  });
+  weights.visit(untied,
+                [&](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
+                  if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+                    rows.push_back(t.to_matrix());
+                  else
+                    rows.push_back(Eigen::Map<const Matrix<float>>(t.data(), t.rows(), t.cols()));
+                  saved.push_back({name, DType::F32, shape, rows.back().data()});
+                });
   retnet::testing::TempDir dir;
   save_safetensors(dir.file("model.safetensors"), saved);
   ModelConfig tied = untied;

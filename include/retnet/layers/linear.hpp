@@ -44,8 +44,11 @@ class LinearWeight {
   /// transposed in place through one panel of scratch: no second copy of W is ever held.
   template <typename Fill>
   void assign(Index rows, Index cols, Fill&& fill) {
-    resize(rows, cols);
+    RETNET_REQUIRE(rows >= 0 && cols >= 0, "LinearWeight: negative shape");
+    rows_ = rows, cols_ = cols;
+    data_.resize(panels() * kPanelRows * cols);  // fill writes all but the padding rows
     fill(data_.data());
+    std::fill(data_.data() + rows * cols, data_.data() + data_.size(), Scalar(0));
     Matrix<Scalar> rows_of_panel(kPanelRows, cols);
     for (Index p = 0; p < panels(); ++p) {
       Scalar* panel = data_.data() + p * kPanelRows * cols;
@@ -79,6 +82,12 @@ class LinearWeight {
 };
 
 namespace detail {
+
+template <typename Scalar>
+void check_input(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w) {
+  RETNET_REQUIRE(x.cols() == w.cols(), "linear: x has " + std::to_string(x.cols()) +
+                                           " columns, the weight " + std::to_string(w.cols()));
+}
 
 template <typename Scalar>
 struct PanelKernel {
@@ -226,9 +235,7 @@ void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of,
 template <typename Scalar>
 void linear(const Matrix<Scalar>& x, const LinearWeight<Scalar>& weight,
             Eigen::Ref<Matrix<Scalar>> y) {
-  RETNET_REQUIRE(x.cols() == weight.cols(), "linear: x has " + std::to_string(x.cols()) +
-                                                " columns, the weight " +
-                                                std::to_string(weight.cols()));
+  detail::check_input(x, weight);
   RETNET_REQUIRE(y.rows() == x.rows() && y.cols() == weight.rows(),
                  "linear: output block has the wrong shape");
   detail::sliced_products<Scalar>(
@@ -249,9 +256,7 @@ template <typename Scalar, size_t N>
 void linear(const Matrix<Scalar>& x, const std::array<const LinearWeight<Scalar>*, N>& weights,
             const std::array<Matrix<Scalar>*, N>& ys) {
   for (size_t i = 0; i < N; ++i) {
-    RETNET_REQUIRE(x.cols() == weights[i]->cols(), "linear: x has " + std::to_string(x.cols()) +
-                                                       " columns, a weight " +
-                                                       std::to_string(weights[i]->cols()));
+    detail::check_input(x, *weights[i]);
     ys[i]->resize(x.rows(), weights[i]->rows());
   }
   detail::sliced_products<Scalar>(

@@ -135,7 +135,7 @@ class RetNetModel {
       if (mode == LogitsMode::kAll && all_logits && batch == 1 && len > 16) {
         const auto& w = *weights_;
         w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
-        linear(scratch_.normed, w.output_projection(),
+        linear(scratch_.normed, w.output,
                Eigen::Ref<Matrix<Scalar>>(all_logits->middleRows(start, len)));
       } else if (mode == LogitsMode::kAll) {
         compute_logits(batch, len, false);
@@ -195,7 +195,7 @@ class RetNetModel {
       scratch_.x.swap(scratch_.last_rows);
     }
     w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
-    linear(scratch_.normed, w.output_projection(), scratch_.logits);
+    linear(scratch_.normed, w.output, scratch_.logits);
   }
 
   void check_state(const ModelState<Scalar>& state, Index batch) const {

@@ -24,9 +24,7 @@ struct ModelWeights {
   Norm<Scalar> embed_norm;  // layernorm_embedding only
   std::vector<DecoderLayerWeights<Scalar>> layers;
   Norm<Scalar> final_norm;
-  LinearWeight<Scalar> output;  // [vocab, d]
-
-  const LinearWeight<Scalar>& output_projection() const { return output; }
+  LinearWeight<Scalar> output;  // [vocab, d]: the output projection
 
   /// out[0, d) = the embedding of `token`.
   void embedding(Index token, Scalar* out) const {
