@@ -58,18 +58,23 @@ void BM_MultiScaleRetention(benchmark::State& state) {
   auto& s = shared();
   const Index time = state.range(0);
   const Form form = form_arg(state.range(1));
-  const retnet::MultiScaleRetention<float> msr(s.config, s.model.weights().layers[0].retention);
+  const auto& weights = s.model.weights().layers[0].retention;
+  retnet::RetentionParams<float> params;
+  params.heads = s.config.heads, params.key_head_dim = s.config.key_head_dim();
+  params.value_head_dim = s.config.value_head_dim();
+  params.decays = retnet::default_decays<float>(s.config.heads);
   Matrix<float> x(time, s.config.embed_dim), y;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.f, 1.f);  // unit RMS, as after the layer's norm
   for (Index i = 0; i < x.size(); ++i) x.data()[i] = normal(rng);
   retnet::SequenceLayout<float> layout;
   layout.set(1, time, {0}, s.config.key_head_dim());
-  retnet::RetentionState<float> rs(1, s.config.heads, s.config.key_head_dim(), msr.state_columns());
-  retnet::RetentionScratch<float> scratch;
+  retnet::RetentionState<float> rs(1, s.config.heads, s.config.key_head_dim(),
+                                   params.state_columns());
+  retnet::RetentionWorkspace<float> ws;
   for (auto _ : state) {
     rs.setZero();  // a fresh sequence each time (the parallel form requires it)
-    msr.forward(x, layout, form, s.config.chunk_size, rs, scratch, y);
+    retnet::multiscale_retention(params, weights, x, layout, form, rs, ws, y);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetItemsProcessed(state.iterations() * time);
@@ -81,10 +86,11 @@ void run_prompt(benchmark::State& state, Form form) {
   const Index time = state.range(0);
   const auto tokens = prompt(0, time, s.config.vocab_size);
   Matrix<float> logits;
+  retnet::Workspace<float> ws;
   for (auto _ : state) {
     auto st = s.model.new_state(1);
     // kLast: the output projection runs for the last position only.
-    s.model.forward(tokens, form, 0, st, logits, retnet::LogitsMode::kLast);
+    s.model.forward(tokens, form, 0, st, ws, logits, retnet::LogitsMode::kLast);
     benchmark::DoNotOptimize(logits.data());
   }
   state.SetItemsProcessed(state.iterations() * time);
@@ -107,7 +113,8 @@ const retnet::ModelState<float>& state_at(Index context) {
   auto st = from == s.prefilled.begin() ? s.model.new_state(1) : std::prev(from)->second;
   const Index start = st.positions[0];
   Matrix<float> none;
-  s.model.forward(prompt(start, context - start, s.config.vocab_size), Form::kChunkwise, 0, st,
+  retnet::Workspace<float> ws;
+  s.model.forward(prompt(start, context - start, s.config.vocab_size), Form::kChunkwise, 0, st, ws,
                   none, retnet::LogitsMode::kNone);
   return s.prefilled.emplace(context, std::move(st)).first->second;
 }
@@ -117,12 +124,13 @@ void BM_DecodeAtContext(benchmark::State& state) {
   const Index context = state.range(0);
   auto st = state_at(context);  // prefill outside the timed loop
   Matrix<float> logits;
+  retnet::Workspace<float> ws;
   const std::vector<int32_t> token{token_at(context, s.config.vocab_size)};
-  s.model.step(token, st, logits);  // sizes the step's buffers
+  s.model.step(token, st, ws, logits);  // sizes the step's buffers
   // A step's cost does not depend on the position, so the state just advances each iteration.
   const auto started = Clock::now();
   for (auto _ : state) {
-    s.model.step(token, st, logits);
+    s.model.step(token, st, ws, logits);
     benchmark::DoNotOptimize(logits.data());
   }
   state.SetItemsProcessed(state.iterations());

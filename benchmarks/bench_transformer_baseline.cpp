@@ -89,7 +89,9 @@ struct RetNet {
     for (Index t = 0; t < tokens.cols(); ++t)
       tokens(0, t) = token_at(start + t, model.config().vocab_size);
     Matrix<float> none;
-    model.forward(tokens, retnet::Form::kChunkwise, 256, state, none, retnet::LogitsMode::kNone);
+    retnet::Workspace<float> ws;
+    model.forward(tokens, retnet::Form::kChunkwise, 256, state, ws, none,
+                  retnet::LogitsMode::kNone);
     return prefilled.emplace(context, std::move(state)).first->second;
   }
 };
@@ -104,13 +106,14 @@ void BM_RetNetDecodeAtContext(benchmark::State& state) {
   const Index context = state.range(0);
   auto s = r.state_at(context);
   Matrix<float> logits;
+  retnet::Workspace<float> ws;
   const std::vector<int32_t> token{token_at(context, r.model.config().vocab_size)};
-  r.model.step(token, s, logits);  // sizes the buffers
+  r.model.step(token, s, ws, logits);  // sizes the buffers
   // The state's size and a step's cost do not depend on the position, so the state simply
   // advances by one token per iteration.
   const auto started = Clock::now();
   for (auto _ : state) {
-    r.model.step(token, s, logits);
+    r.model.step(token, s, ws, logits);
     benchmark::DoNotOptimize(logits.data());
   }
   state.SetItemsProcessed(state.iterations());

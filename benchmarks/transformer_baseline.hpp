@@ -5,7 +5,7 @@
 //     x = E[token]                                         (no embedding scale, like base.json)
 //     for each layer:
 //         x = x + Attn(RMSNorm(x) ⊙ w_attn_norm)
-//         x = x + FFN(RMSNorm(x) ⊙ w_ffn_norm)              (retnet::FeedForward: GLU, swish)
+//         x = x + FFN(RMSNorm(x) ⊙ w_ffn_norm)              (retnet::feed_forward: GLU, swish)
 //     logits = (RMSNorm(x) ⊙ w_final_norm) Woutᵀ
 //
 //     Attn(X): Q = X Wqᵀ, K = X Wkᵀ, V = X Wvᵀ (all [d, d]), split into H heads of dh = d / H,
@@ -75,15 +75,14 @@ struct TransformerConfig {
     RETNET_REQUIRE(head_dim() % 2 == 0, "TransformerConfig: head size must be even (rotation)");
   }
 
-  /// The config retnet::FeedForward reads: GLU with swish, this eps.
-  retnet::ModelConfig ffn_config() const {
-    retnet::ModelConfig c;
-    c.embed_dim = embed_dim;
-    c.ffn_dim = ffn_dim;
-    c.activation = retnet::Activation::kSwish;
-    c.use_glu = true;
-    c.eps = eps;
-    return c;
+  /// The FFN's parameters: GLU with swish, this eps.
+  template <typename Scalar>
+  retnet::FeedForwardParams<Scalar> ffn_params() const {
+    retnet::FeedForwardParams<Scalar> p;
+    p.activation = retnet::Activation::kSwish;
+    p.glu = true;
+    p.eps = static_cast<Scalar>(eps);
+    return p;
   }
 };
 
@@ -212,10 +211,7 @@ class TransformerModel {
                        weights_->output.rows() == config_.vocab_size &&
                        weights_->output.cols() == d,
                    "TransformerModel: weights do not match the config");
-    // FeedForward copies the settings it needs from the config and keeps a reference to the
-    // weights, which live as long as the model.
-    const retnet::ModelConfig ffn_config = config_.ffn_config();
-    for (const auto& l : weights_->layers) ffns_.emplace_back(ffn_config, l.ffn);
+    ffn_params_ = config_.template ffn_params<Scalar>();
   }
   TransformerModel(const TransformerModel&) = delete;
   TransformerModel& operator=(const TransformerModel&) = delete;
@@ -289,7 +285,7 @@ class TransformerModel {
       retnet::linear(s.attn, lw.out_proj, s.delta);
       s.x += s.delta;
       lw.ffn_norm.apply(s.x, eps, s.normed);
-      ffns_[l].forward(s.normed, s.ffn, s.delta);
+      retnet::feed_forward(ffn_params_, lw.ffn, s.normed, s.ffn, s.delta);
       s.x += s.delta;
     }
     cache.length = len;
@@ -314,7 +310,7 @@ class TransformerModel {
  private:
   struct Scratch {
     Matrix<Scalar> x, normed, q, k, v, attn, delta, last;
-    retnet::FeedForwardScratch<Scalar> ffn;
+    retnet::FeedForwardWorkspace<Scalar> ffn;
     retnet::RotationTable<Scalar> rotation;
     std::vector<int64_t> positions;
     std::vector<retnet::Vector<Scalar>> scores;  // one buffer per head
@@ -349,7 +345,7 @@ class TransformerModel {
 
   TransformerConfig config_;
   std::unique_ptr<const TransformerWeights<Scalar>> weights_;
-  std::vector<retnet::FeedForward<Scalar>> ffns_;
+  retnet::FeedForwardParams<Scalar> ffn_params_;
   Scratch scratch_;
 };
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
-#include "retnet/model/load.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -58,11 +58,23 @@ contains "score json tokens" "$work/out" '"tokens":19'
 contains "score json nats" "$work/out" '"nats_per_token"'
 contains "score json perplexity" "$work/out" '"perplexity"'
 for mode in parallel chunkwise recurrent; do
-  "$retnet" score -m "$model" --tokens 5,17,3,200,9,31,4,4,4,100 --mode $mode --chunk-size 3 --json \
-    | sed 's/.*"nats_per_token":\([0-9.]*\).*/\1/' | cut -c1-7 >"$work/nats_$mode"
+  expect_ok "score --mode $mode" "$retnet" score -m "$model" --tokens 5,17,3,200,9,31,4,4,4,100 \
+    --mode $mode --chunk-size 3 --json
+  sed -n 's/.*"nats_per_token":\([0-9][0-9.e+-]*\).*/\1/p' "$work/out" | cut -c1-7 >"$work/nats_$mode"
 done
-if cmp -s "$work/nats_parallel" "$work/nats_chunkwise" && cmp -s "$work/nats_parallel" "$work/nats_recurrent"; then ok; else
-  fail "modes disagree: $(cat "$work"/nats_*)"; fi
+if [ -s "$work/nats_parallel" ] && cmp -s "$work/nats_parallel" "$work/nats_chunkwise" &&
+   cmp -s "$work/nats_parallel" "$work/nats_recurrent"; then ok; else
+  fail "modes disagree or gave no number: $(cat "$work"/nats_*)"; fi
+# A model folder without tokenizer files and with fewer than 256 ids: ids need no tokenizer.
+expect_ok "score --tokens without a tokenizer" "$retnet" score -m "$data/torchscale-tiny" --tokens 1,2,3,96 --json
+contains "score --tokens counts" "$work/out" '"tokens":4'
+# Logits row t is the prediction after token t: rows before a changed token are identical,
+# the row of the changed token differs (vocab 256, float32, a 128-byte npy header).
+row=$((256 * 4))
+"$retnet" score -m "$model" --tokens 10,20,30,40 --logits-out "$work/a.npy" >/dev/null 2>&1 || fail "logits a"
+"$retnet" score -m "$model" --tokens 10,20,31,40 --logits-out "$work/b.npy" >/dev/null 2>&1 || fail "logits b"
+if cmp -s -n $((128 + 2 * row)) "$work/a.npy" "$work/b.npy"; then ok; else fail "rows 0-1 depend on token 2"; fi
+if cmp -s -i $((128 + 2 * row)) -n $row "$work/a.npy" "$work/b.npy"; then fail "row 2 ignores token 2"; else ok; fi
 yes "Now is the winter of our discontent made glorious summer." | head -c 5000 >"$work/text.txt"
 expect_ok "score --file with logits" "$retnet" score -m "$model" --file "$work/text.txt" --logits-out "$work/l.npy"
 size=$(stat -c %s "$work/l.npy")
@@ -82,11 +94,17 @@ expect_error "unknown flag" "unknown argument '--bogus'" "$retnet" generate -m "
 expect_error "missing value" "--temp needs a value" "$retnet" generate -m "$model" --temp
 expect_error "bad number" "--temp expects a number, got 'hot'" "$retnet" generate -m "$model" --temp hot
 expect_error "bad integer" "-n expects an integer" "$retnet" generate -m "$model" -n 1.5
-expect_error "negative threads" "--threads must be >= 1" "$retnet" generate -m "$model" --threads 0
-expect_error "bad top-p" "top_p" "$retnet" generate -m "$model" --top-p 1.5
-expect_error "no model" "-m MODEL_DIR is required" "$retnet" generate -p hi
+expect_error "zero threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 0
+expect_error "huge threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 100000
+expect_error "wrapping threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 4294967297
+expect_error "wrapping repeat" "--repeat must be in [1, 1000]" "$retnet" bench -m "$model" --repeat 4294967296
+expect_error "huge seed" "--seed must be in [0, " "$retnet" generate -m "$model" --seed 18446744073709551615
+expect_error "wrapping top-k" "--top-k must be in [0, " "$retnet" generate -m "$model" --top-k 4294967296
+expect_error "tiny repeat penalty" "--repeat-penalty must be in" "$retnet" generate -m "$model" --repeat-penalty 1e-40
+expect_error "bad top-p" "--top-p must be in [0, 1]" "$retnet" generate -m "$model" --top-p 1.5
+expect_error "no model" "-m is required" "$retnet" generate -p hi
 expect_error "missing model dir" "config.json" "$retnet" generate -m "$work/nowhere"
-expect_error "missing state file" "cannot open state file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
+expect_error "missing state file" "is not a regular file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
 echo "garbage" >"$work/bad.state"
 expect_error "corrupt state file" "bad magic" "$retnet" generate -m "$model" --load-state "$work/bad.state"
 mkdir -p "$work/broken"
@@ -99,7 +117,13 @@ expect_error "score without input" "exactly one of --text" "$retnet" score -m "$
 expect_error "score bad mode" "--mode must be" "$retnet" score -m "$model" --text hi --mode sideways
 expect_error "score bad tokens" "--tokens expects" "$retnet" score -m "$model" --tokens 1,x,3
 expect_error "score token out of range" "token id 999" "$retnet" score -m "$model" --tokens 1,999
-expect_error "score missing file" "cannot open" "$retnet" score -m "$model" --file "$work/none.txt"
+expect_error "score missing file" "is not a regular file" "$retnet" score -m "$model" --file "$work/none.txt"
+expect_error "score directory" "is not a regular file" "$retnet" score -m "$model" --file "$work"
+expect_error "score /dev/zero" "is not a regular file" "$retnet" score -m "$model" --file /dev/zero
+mkfifo "$work/fifo"
+expect_error "score FIFO" "is not a regular file" timeout 20 "$retnet" score -m "$model" --file "$work/fifo"
+expect_error "score trailing comma" "--tokens expects" "$retnet" score -m "$model" --tokens 1,2,
+expect_error "score one token" "at least 2 are needed" "$retnet" score -m "$model" --tokens 7
 expect_error "bench both sources" "exactly one of -m" "$retnet" bench -m "$model" --config "$model/config.json"
 expect_error "bench recurrent prompt" "--mode must be parallel, chunkwise" "$retnet" bench --config "$model/config.json" --mode recurrent
 

@@ -19,12 +19,13 @@ TEST(Decoding, StepsAllocateNothingAfterTheFirst) {
   RetNetModel<float> model(c, ModelWeights<float>::random(c, 1));
   for (Index batch : {1, 3}) {
     auto state = model.new_state(batch);
+    Workspace<float> ws;
     Matrix<float> logits;
     std::vector<int32_t> tokens(static_cast<size_t>(batch), 7);
-    model.step(tokens, state, logits);  // sizes every buffer
+    model.step(tokens, state, ws, logits);  // sizes every buffer
     const long before = g_allocations.load();
     for (int i = 0; i < 20; ++i) {
-      model.step(tokens, state, logits);
+      model.step(tokens, state, ws, logits);
       for (Index b = 0; b < batch; ++b) {
         Index arg;
         logits.row(b).maxCoeff(&arg);

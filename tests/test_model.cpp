@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "retention_reference.hpp"
+#include "retnet/io/npy.hpp"
 #include "retnet/retnet.hpp"
 #include "temp_dir.hpp"
 
@@ -182,19 +183,19 @@ TEST(LoadModel, TiedCheckpointWithAnOutputProjectionUsesBoth) {
   EXPECT_EQ(loaded.weights().embed, weights.embed);
   EXPECT_EQ(loaded.weights().output.to_matrix(), weights.output.to_matrix());
   RetNetModel<float> reference(untied, ModelWeights<float>(weights));
-  auto model = loaded;
   const auto tokens = random_tokens(2, 9, untied.vocab_size, 4);
-  EXPECT_EQ(model.forward(tokens, Form::kParallel), reference.forward(tokens, Form::kParallel));
+  EXPECT_EQ(loaded.forward(tokens, Form::kParallel), reference.forward(tokens, Form::kParallel));
 }
 
 // --- states ---
 
 template <typename Scalar>
-Matrix<Scalar> decode_greedy_logits(RetNetModel<Scalar>& model, ModelState<Scalar>& state,
+Matrix<Scalar> decode_greedy_logits(const RetNetModel<Scalar>& model, ModelState<Scalar>& state,
                                     std::vector<int32_t> next, int steps) {
+  Workspace<Scalar> ws;
   Matrix<Scalar> logits, all(steps * Index(next.size()), model.config().vocab_size);
   for (int s = 0; s < steps; ++s) {
-    model.step(next, state, logits);
+    model.step(next, state, ws, logits);
     for (Index b = 0; b < logits.rows(); ++b) {
       all.row(s * logits.rows() + b) = logits.row(b);
       Index arg;
@@ -208,15 +209,16 @@ Matrix<Scalar> decode_greedy_logits(RetNetModel<Scalar>& model, ModelState<Scala
 TEST(ModelState, PrefillInAnyFormThenRecurrentStepsEqualsRecurrentAllTheWay) {
   ModelConfig c = variants()[2].config;
   RetNetModel<double> model(c, ModelWeights<double>::random(c, 1));
+  Workspace<double> ws;
   const auto prompt = random_tokens(2, 23, c.vocab_size, 8);
   Matrix<double> logits;
   auto reference_state = model.new_state(2);
-  model.forward(prompt, Form::kRecurrent, 1, reference_state, logits);
+  model.forward(prompt, Form::kRecurrent, 1, reference_state, ws, logits);
   const auto reference = decode_greedy_logits(model, reference_state, {1, 2}, 12);
   for (Form form : {Form::kParallel, Form::kChunkwise}) {
     SCOPED_TRACE(form_name(form));
     auto state = model.new_state(2);
-    model.forward(prompt, form, 6, state, logits, LogitsMode::kLast);
+    model.forward(prompt, form, 6, state, ws, logits, LogitsMode::kLast);
     EXPECT_EQ(state.positions, (std::vector<int64_t>{23, 23}));
     EXPECT_LE(relative_error(decode_greedy_logits(model, state, {1, 2}, 12), reference), 1e-10);
   }
@@ -225,11 +227,12 @@ TEST(ModelState, PrefillInAnyFormThenRecurrentStepsEqualsRecurrentAllTheWay) {
 TEST(ModelState, LastLogitsEqualTheLastRowOfAll) {
   ModelConfig c = variants()[0].config;
   RetNetModel<double> model(c, ModelWeights<double>::random(c, 2));
+  Workspace<double> ws;
   const auto tokens = random_tokens(2, 11, c.vocab_size, 4);
   const auto all = model.forward(tokens, Form::kParallel);
   auto state = model.new_state(2);
   Matrix<double> last;
-  model.forward(tokens, Form::kChunkwise, 4, state, last, LogitsMode::kLast);
+  model.forward(tokens, Form::kChunkwise, 4, state, ws, last, LogitsMode::kLast);
   ASSERT_EQ(last.rows(), 2);
   EXPECT_LE(relative_error(Matrix<double>(last.row(0)), Matrix<double>(all.row(10))), 1e-10);
   EXPECT_LE(relative_error(Matrix<double>(last.row(1)), Matrix<double>(all.row(21))), 1e-10);
@@ -238,6 +241,7 @@ TEST(ModelState, LastLogitsEqualTheLastRowOfAll) {
 TEST(ModelState, IsAFixedSizeCopyableValue) {
   ModelConfig c = variants()[0].config;
   RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  Workspace<float> ws;
   auto state = model.new_state(1);
   const size_t bytes = state.size_bytes();
   // layers x heads x dk x (dv + 1) scalars + one position
@@ -245,15 +249,15 @@ TEST(ModelState, IsAFixedSizeCopyableValue) {
                            sizeof(float) +
                        sizeof(int64_t));
   Matrix<float> logits;
-  model.forward(random_tokens(1, 100, c.vocab_size, 1), Form::kChunkwise, 16, state, logits);
+  model.forward(random_tokens(1, 100, c.vocab_size, 1), Form::kChunkwise, 16, state, ws, logits);
   EXPECT_EQ(state.size_bytes(), bytes);
   // A copy branches: both continue identically, and the original is untouched by the copy.
   auto branch = state;
   Matrix<float> a, b;
-  model.step({7}, state, a);
-  model.step({7}, branch, b);
+  model.step({7}, state, ws, a);
+  model.step({7}, branch, ws, b);
   EXPECT_EQ(a, b);
-  model.step({8}, branch, b);
+  model.step({8}, branch, ws, b);
   EXPECT_EQ(state.positions[0], 101);
   EXPECT_EQ(branch.positions[0], 102);
 }
@@ -261,9 +265,10 @@ TEST(ModelState, IsAFixedSizeCopyableValue) {
 TEST(ModelState, SerialisesAndRejectsMismatches) {
   ModelConfig c = variants()[0].config;
   RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  Workspace<float> ws;
   auto state = model.new_state(2);
   Matrix<float> logits;
-  model.forward(random_tokens(2, 9, c.vocab_size, 2), Form::kChunkwise, 4, state, logits);
+  model.forward(random_tokens(2, 9, c.vocab_size, 2), Form::kChunkwise, 4, state, ws, logits);
   std::stringstream buffer;
   state.save(buffer);
   const auto loaded = ModelState<float>::load(buffer, model.new_state(1));
@@ -288,16 +293,17 @@ TEST(ModelState, SerialisesAndRejectsMismatches) {
 TEST(ModelState, SelectAndConcatenateKeepEachSequence) {
   ModelConfig c = variants()[0].config;
   RetNetModel<double> model(c, ModelWeights<double>::random(c, 4));
+  Workspace<double> ws;
   auto a = model.new_state(1), b = model.new_state(1);
   Matrix<double> la, lb;
-  model.forward(random_tokens(1, 5, c.vocab_size, 1), Form::kChunkwise, 3, a, la);
-  model.forward(random_tokens(1, 9, c.vocab_size, 2), Form::kChunkwise, 3, b, lb);
+  model.forward(random_tokens(1, 5, c.vocab_size, 1), Form::kChunkwise, 3, a, ws, la);
+  model.forward(random_tokens(1, 9, c.vocab_size, 2), Form::kChunkwise, 3, b, ws, lb);
   auto both = ModelState<double>::concatenate({a, b});
   EXPECT_EQ(both.positions, (std::vector<int64_t>{5, 9}));
   Matrix<double> batched, single_a, single_b;
-  model.step({3, 4}, both, batched);  // sequences at different positions in one batch
-  model.step({3}, a, single_a);
-  model.step({4}, b, single_b);
+  model.step({3, 4}, both, ws, batched);  // sequences at different positions in one batch
+  model.step({3}, a, ws, single_a);
+  model.step({4}, b, ws, single_b);
   EXPECT_LE(relative_error(Matrix<double>(batched.row(0)), single_a), 1e-12);
   EXPECT_LE(relative_error(Matrix<double>(batched.row(1)), single_b), 1e-12);
   EXPECT_EQ(both.select(1).positions, std::vector<int64_t>{10});
@@ -306,16 +312,17 @@ TEST(ModelState, SelectAndConcatenateKeepEachSequence) {
 TEST(ModelArguments, RejectsBadTokensAndStates) {
   ModelConfig c = variants()[0].config;
   RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  Workspace<float> ws;
   TokenMatrix bad(1, 2);
   bad << 1, 53;
   EXPECT_THROW(model.forward(bad, Form::kParallel), InvalidArgument);
   auto state = model.new_state(2);
   Matrix<float> logits;
-  EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kChunkwise, 2, state, logits),
+  EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kChunkwise, 2, state, ws, logits),
                InvalidArgument);
   auto used = model.new_state(1);
-  model.forward(random_tokens(1, 3, 53, 1), Form::kChunkwise, 2, used, logits);
-  EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kParallel, 2, used, logits),
+  model.forward(random_tokens(1, 3, 53, 1), Form::kChunkwise, 2, used, ws, logits);
+  EXPECT_THROW(model.forward(random_tokens(1, 3, 53, 1), Form::kParallel, 2, used, ws, logits),
                InvalidArgument);
 }
 

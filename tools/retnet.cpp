@@ -1,20 +1,27 @@
 // The `retnet` command line: generate text, score text, benchmark. A thin frontend over the
-// library: it parses flags, loads a model folder and calls Generator / RetNetModel.
+// library: each subcommand declares its flags once (name, default, range, help), which drive
+// both parsing and --help; the work is done by Generator and RetNetModel.
 // Every error ends in one line on stderr and a non-zero exit status.
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <new>
+#include <random>
+#include <retnet/io/npy.hpp>
 #include <retnet/retnet.hpp>
-#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -26,56 +33,146 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// `--flag value` pairs and bare `--switch`es, checked against the flags a subcommand knows.
-class Flags {
+// ---------------------------------------------------------------- flags
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+/// One flag of a subcommand: what it is called, what it takes, its default and its range.
+struct Flag {
+  enum Kind { kSwitch, kText, kInteger, kNumber };
+  const char* name;
+  Kind kind;
+  const char* value_name;  // shown in --help: "N", "T", ...; nullptr for switches
+  const char* fallback;    // default value (parsed like a given one); nullptr: none
+  const char* help;
+  double min = 0, max = 0;  // inclusive range of kInteger and kNumber
+};
+
+Flag text(const char* name, const char* value_name, const char* fallback, const char* help) {
+  return {name, Flag::kText, value_name, fallback, help};
+}
+Flag integer(const char* name, const char* value_name, const char* fallback, double min, double max,
+             const char* help) {
+  return {name, Flag::kInteger, value_name, fallback, help, min, max};
+}
+Flag number(const char* name, const char* value_name, const char* fallback, double min, double max,
+            const char* help) {
+  return {name, Flag::kNumber, value_name, fallback, help, min, max};
+}
+Flag toggle(const char* name, const char* help) {
+  return {name, Flag::kSwitch, nullptr, nullptr, help};
+}
+
+/// Threads beyond a few per hardware thread only add overhead (and OpenMP fails somewhere in the
+/// tens of thousands), so --threads is capped at 4 x the hardware's.
+const double kMaxThreads = 4.0 * std::max(1u, std::thread::hardware_concurrency());
+
+Flag threads_flag() {
+  return integer("--threads", "N", nullptr, 1, kMaxThreads,
+                 "threads (default: all cores; at most 4 x the hardware threads)");
+}
+Flag model_flag() {
+  return text("-m", "DIR", nullptr, "model folder (config.json + weights)");
+}
+Flag chunk_flag() {
+  return integer("--chunk-size", "C", nullptr, 1, 1 << 20,
+                 "chunk size of the chunkwise form (default: the config's)");
+}
+
+/// The parsed command line of one subcommand; every lookup goes through the flag's declaration.
+class Args {
  public:
-  Flags(const std::string& command, int argc, char** argv, const std::set<std::string>& with_value,
-        const std::set<std::string>& switches)
-      : command_(command) {
+  Args(const std::string& command, const std::vector<Flag>& flags, int argc, char** argv)
+      : command_(command), flags_(flags) {
     for (int i = 0; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg == "-h") arg = "--help";
-      if (switches.count(arg)) {
+      const std::string arg = std::string(argv[i]) == "-h" ? "--help" : argv[i];
+      if (arg == "--help") {
         values_[arg] = "1";
-      } else if (with_value.count(arg)) {
-        if (i + 1 >= argc) throw UsageError(command + ": " + arg + " needs a value");
-        values_[arg] = argv[++i];
-      } else {
+        continue;
+      }
+      const Flag* f = find(arg);
+      if (!f)
         throw UsageError(command + ": unknown argument '" + arg + "' (see retnet " + command +
                          " --help)");
+      if (f->kind == Flag::kSwitch) {
+        values_[arg] = "1";
+      } else {
+        if (i + 1 >= argc) throw UsageError(command + ": " + arg + " needs a value");
+        values_[arg] = argv[++i];
       }
     }
-  }
-  bool has(const std::string& f) const { return values_.count(f) > 0; }
-  std::string str(const std::string& f, const std::string& fallback = "") const {
-    auto it = values_.find(f);
-    return it == values_.end() ? fallback : it->second;
-  }
-  double number(const std::string& f, double fallback) const {
-    if (!has(f)) return fallback;
-    const std::string& v = values_.at(f);
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !std::isfinite(x))
-      throw UsageError(command_ + ": " + f + " expects a number, got '" + v + "'");
-    return x;
-  }
-  int64_t integer(const std::string& f, int64_t fallback, int64_t min = 0) const {
-    if (!has(f)) return fallback;
-    const std::string& v = values_.at(f);
-    char* end = nullptr;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0')
-      throw UsageError(command_ + ": " + f + " expects an integer, got '" + v + "'");
-    if (x < min)
-      throw UsageError(command_ + ": " + f + " must be >= " + std::to_string(min) + ", got " + v);
-    return x;
+    for (const auto& [name, value] : values_)
+      if (name != "--help") check(*find(name), value);
   }
 
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string str(const std::string& name) const { return value(name); }
+  int64_t integer(const std::string& name) const { return std::stoll(value(name)); }
+  double number(const std::string& name) const { return std::stod(value(name)); }
+
  private:
+  const Flag* find(const std::string& name) const {
+    for (const Flag& f : flags_)
+      if (name == f.name) return &f;
+    return nullptr;
+  }
+
+  std::string value(const std::string& name) const {
+    if (auto it = values_.find(name); it != values_.end()) return it->second;
+    const Flag* f = find(name);
+    if (!f || !f->fallback) throw UsageError(command_ + ": " + name + " is required");
+    return f->fallback;
+  }
+
+  /// Integers are read as 64-bit and numbers as doubles; anything malformed or outside the
+  /// declared range is refused, never wrapped or saturated.
+  void check(const Flag& f, const std::string& v) const {
+    if (f.kind != Flag::kInteger && f.kind != Flag::kNumber) return;
+    const std::string range = "[" + format(f.min, f) + ", " + format(f.max, f) + "]";
+    char* end = nullptr;
+    errno = 0;
+    double x = 0;
+    if (f.kind == Flag::kInteger) {
+      const long long i = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0')
+        throw UsageError(command_ + ": " + f.name + " expects an integer, got '" + v + "'");
+      if (errno == ERANGE || i < f.min || i > f.max)
+        throw UsageError(command_ + ": " + f.name + " must be in " + range + ", got " + v);
+      return;
+    }
+    x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(x))
+      throw UsageError(command_ + ": " + f.name + " expects a number, got '" + v + "'");
+    if (x < f.min || x > f.max)
+      throw UsageError(command_ + ": " + f.name + " must be in " + range + ", got " + v);
+  }
+
+  static std::string format(double x, const Flag& f) {
+    if (f.kind == Flag::kInteger) return std::to_string(static_cast<long long>(x));
+    std::ostringstream s;
+    s << x;
+    return s.str();
+  }
+
   std::string command_;
+  const std::vector<Flag>& flags_;
   std::map<std::string, std::string> values_;
 };
+
+/// --help text from the declarations.
+std::string help_text(const std::string& usage, const std::string& summary,
+                      const std::vector<Flag>& flags) {
+  std::string out = "usage: " + usage + "\n" + summary + "\n";
+  for (const Flag& f : flags) {
+    std::string left =
+        std::string("  ") + f.name + (f.value_name ? " " : "") + (f.value_name ? f.value_name : "");
+    left.resize(std::max<size_t>(left.size() + 2, 24), ' ');
+    out += left + f.help + (f.fallback ? std::string(" (default ") + f.fallback + ")" : "") + "\n";
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- shared helpers
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -93,8 +190,8 @@ int64_t peak_rss_bytes() {
   return int64_t(usage.ru_maxrss) * 1024;
 }
 
-retnet::Form parse_form(const Flags& flags, const std::string& fallback, bool allow_recurrent) {
-  const std::string m = flags.str("--mode", fallback);
+retnet::Form parse_form(const Args& args, bool allow_recurrent) {
+  const std::string m = args.str("--mode");
   if (m == "parallel") return retnet::Form::kParallel;
   if (m == "chunkwise") return retnet::Form::kChunkwise;
   if (m == "recurrent" && allow_recurrent) return retnet::Form::kRecurrent;
@@ -102,171 +199,183 @@ retnet::Form parse_form(const Flags& flags, const std::string& fallback, bool al
                    std::string(allow_recurrent ? " or recurrent" : "") + ", got '" + m + "'");
 }
 
-void set_threads(const Flags& flags) {
-  retnet::set_num_threads(static_cast<int>(flags.integer("--threads", retnet::num_threads(), 1)));
+void set_threads(const Args& args) {
+  if (args.has("--threads")) retnet::set_num_threads(static_cast<int>(args.integer("--threads")));
 }
 
-std::string require_model_dir(const Flags& flags, const std::string& command) {
-  if (!flags.has("-m")) throw UsageError(command + ": -m MODEL_DIR is required");
-  return flags.str("-m");
+Index chunk_size(const Args& args) {
+  return args.has("--chunk-size") ? args.integer("--chunk-size") : 0;
 }
 
-std::string read_file(const std::string& path) {
+/// A text file for --file: regular files only (not a FIFO or a device that never ends), up to
+/// a stated size, read straight into one string.
+constexpr int64_t kMaxTextFileBytes = int64_t(256) << 20;
+
+std::string read_text_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw UsageError("'" + path + "' is not a regular file");
+  const auto size = static_cast<int64_t>(fs::file_size(path, ec));
+  if (ec) throw UsageError("cannot read '" + path + "'");
+  if (size > kMaxTextFileBytes)
+    throw UsageError("'" + path + "' has " + std::to_string(size) +
+                     " bytes; --file reads at most " + std::to_string(kMaxTextFileBytes >> 20) +
+                     " MiB");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("cannot open '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text(static_cast<size_t>(size), '\0');
+  if (!in.read(text.data(), size)) throw UsageError("cannot read '" + path + "'");
+  return text;
+}
+
+std::ifstream open_state_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw UsageError("state file '" + path + "' is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("cannot open state file '" + path + "'");
+  return in;
 }
 
 // ---------------------------------------------------------------- generate
 
-const char* kGenerateHelp = R"(usage: retnet generate -m DIR [options]
-Generates text from a prompt and streams it to stdout; speeds go to stderr.
-  -m DIR                model folder (config.json + model.safetensors)
-  -p TEXT               prompt (default: a newline)
-  -n N                  tokens to generate (default 256)
-  --temp T              temperature; 0 = greedy (default 0.8)
-  --top-k K             keep the K most likely tokens; 0 = off (default 40)
-  --top-p P             keep the smallest set reaching probability P (default 0.95)
-  --repeat-penalty R    penalty for the last 64 tokens; 1 = off (default 1.1)
-  --seed S              random seed (default 0)
-  --threads N           threads (default: all cores)
-  --chunk-size C        chunk size of the prompt's chunkwise pass (default: config)
-  --stop TEXT           stop before this text appears
-  --save-state F        after reading the prompt, save the state to F
-  --load-state F        start from a state saved by --save-state (the prompt, if any, follows it)
-)";
+const std::vector<Flag> kGenerateFlags = {
+    model_flag(),
+    text("-p", "TEXT", nullptr, "prompt (default: a newline; with --load-state: nothing)"),
+    integer("-n", "N", "256", 0, 1 << 24, "tokens to generate"),
+    number("--temp", "T", "0.8", 0, 100, "temperature; 0 = greedy"),
+    integer("--top-k", "K", "40", 0, std::numeric_limits<int32_t>::max(),
+            "keep the K most likely tokens; 0 = off"),
+    number("--top-p", "P", "0.95", 0, 1, "keep the smallest set reaching probability P (> 0)"),
+    number("--repeat-penalty", "R", "1.1", retnet::SamplerParams::kMinRepeatPenalty,
+           retnet::SamplerParams::kMaxRepeatPenalty, "penalty for the last 64 tokens; 1 = off"),
+    integer("--seed", "S", "0", 0, double(kInt64Max), "random seed"),
+    threads_flag(),
+    chunk_flag(),
+    text("--stop", "TEXT", nullptr, "stop before this text appears"),
+    text("--save-state", "F", nullptr, "after reading the prompt, save the state to F"),
+    text("--load-state", "F", nullptr,
+         "start from a state saved by --save-state (the prompt, if any, follows it)"),
+};
 
-int generate(int argc, char** argv) {
-  const Flags flags("generate", argc, argv,
-                    {"-m", "-p", "-n", "--temp", "--top-k", "--top-p", "--repeat-penalty", "--seed",
-                     "--threads", "--chunk-size", "--stop", "--save-state", "--load-state"},
-                    {"--help"});
-  if (flags.has("--help")) return std::fputs(kGenerateHelp, stdout), 0;
-  set_threads(flags);
+int generate(const Args& args) {
+  set_threads(args);
   retnet::GenerationParams params;
-  params.max_new_tokens = flags.integer("-n", 256, 0);
-  params.sampler.temperature = static_cast<float>(flags.number("--temp", 0.8));
-  params.sampler.top_k = static_cast<int>(flags.integer("--top-k", 40, 0));
-  params.sampler.top_p = static_cast<float>(flags.number("--top-p", 0.95));
-  params.sampler.repeat_penalty = static_cast<float>(flags.number("--repeat-penalty", 1.1));
-  params.sampler.seed = static_cast<uint64_t>(flags.integer("--seed", 0, 0));
+  params.max_new_tokens = args.integer("-n");
+  params.sampler.temperature = static_cast<float>(args.number("--temp"));
+  params.sampler.top_k = static_cast<int>(args.integer("--top-k"));
+  params.sampler.top_p = static_cast<float>(args.number("--top-p"));
+  params.sampler.repeat_penalty = static_cast<float>(args.number("--repeat-penalty"));
+  params.sampler.seed = static_cast<uint64_t>(args.integer("--seed"));
   params.sampler.validate();
-  params.chunk_size = flags.integer("--chunk-size", 0, 1);
-  if (flags.has("--stop")) params.stop_strings.push_back(flags.str("--stop"));
+  params.chunk_size = chunk_size(args);
+  if (args.has("--stop")) params.stop_strings.push_back(args.str("--stop"));
 
-  const std::string dir = require_model_dir(flags, "generate");
-  Model model = retnet::load_model<float>(dir);
+  const std::string dir = args.str("-m");
+  const Model model = retnet::load_model<float>(dir);
   const auto tokenizer = retnet::load_tokenizer(dir, model.config().vocab_size);
-  retnet::Generator<float> generator(model, *tokenizer);
   params.end_token = tokenizer->eos_id();
+  retnet::Generator<float> generator(model, *tokenizer);
 
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> prompt;
+  const bool resume = args.has("--load-state");
+  const std::string prompt = args.has("-p") ? args.str("-p") : resume ? "" : "\n";
   retnet::GenerationState<float> state;
-  if (flags.has("--load-state")) {
-    const std::string path = flags.str("--load-state");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw UsageError("cannot open state file '" + path + "'");
-    state = retnet::GenerationState<float>::load(in, model, path);
-    prompt = tokenizer->encode(flags.str("-p"));
-    generator.extend(state, prompt, params);
+  if (resume) {
+    auto in = open_state_file(args.str("--load-state"));
+    state = retnet::GenerationState<float>::load(in, model, args.str("--load-state"));
+    generator.continue_with(state, prompt, params);
   } else {
-    prompt = tokenizer->encode(flags.str("-p", "\n"));
-    if (prompt.empty()) throw UsageError("generate: the prompt is empty");
-    state = generator.prefill(prompt, params);
+    state = generator.read_prompt(prompt, params);
   }
-  const double prompt_seconds = seconds_since(t0);
-  if (flags.has("--save-state")) {
-    const std::string path = flags.str("--save-state");
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw UsageError("cannot write state file '" + path + "'");
+  if (args.has("--save-state")) {
+    std::ofstream out(args.str("--save-state"), std::ios::binary);
+    if (!out) throw UsageError("cannot write state file '" + args.str("--save-state") + "'");
     state.save(out);
   }
-  if (!flags.has("--load-state")) std::fputs(flags.str("-p", "\n").c_str(), stdout);
+  if (!resume) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
-  std::vector<retnet::GenerationState<float>> states{state};
-  const auto results = generator.decode(states, params, [](Index, int32_t, const std::string& s) {
+  const auto r = generator.decode(state, params, [](Index, int32_t, const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);
-  const auto& r = results.front();
   std::fprintf(stderr,
-               "prompt: %zu tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f "
+               "prompt: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f "
                "tokens/s)\n",
-               prompt.size(), prompt_seconds, prompt.size() / std::max(prompt_seconds, 1e-9),
-               r.tokens.size(), r.decode_seconds,
-               r.tokens.size() / std::max(r.decode_seconds, 1e-9));
+               static_cast<long long>(r.prompt_tokens), r.prompt_seconds,
+               r.prompt_tokens / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
+               r.decode_seconds, r.tokens.size() / std::max(r.decode_seconds, 1e-9));
   return 0;
 }
 
 // ---------------------------------------------------------------- score
 
-const char* kScoreHelp =
-    R"(usage: retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]
-How well the model predicts a sequence: each token from the ones before it.
-  -m DIR              model folder
-  --text S            the text to score
-  --file PATH         a file to score (read in chunks: memory stays bounded)
-  --tokens LIST       comma-separated token ids
-  --mode M            parallel | chunkwise | recurrent (default chunkwise)
-  --chunk-size C      chunk size of the chunkwise form (default: config)
-  --threads N         threads (default: all cores)
-  --logits-out F.npy  write float32 logits [T, vocab]; row t = logits after reading token t
-  --json              print one JSON object instead of text
-)";
+const std::vector<Flag> kScoreFlags = {
+    model_flag(),
+    text("--text", "S", nullptr, "the text to score"),
+    text("--file", "PATH", nullptr, "a regular file to score (at most 256 MiB)"),
+    text("--tokens", "LIST", nullptr, "comma-separated token ids (no tokenizer needed)"),
+    text("--mode", "M", "chunkwise", "parallel | chunkwise | recurrent"),
+    chunk_flag(),
+    threads_flag(),
+    text("--logits-out", "F.npy", nullptr,
+         "write float32 logits [T, vocab]; row t = logits after reading token t"),
+    toggle("--json", "print one JSON object instead of text"),
+};
 
 std::vector<int32_t> parse_token_list(const std::string& list) {
   std::vector<int32_t> ids;
-  std::stringstream s(list);
-  std::string item;
-  while (std::getline(s, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX)
+  size_t begin = 0;
+  while (true) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string item = list.substr(begin, end - begin);
+    char* stop = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || errno == ERANGE || v < 0 ||
+        v > std::numeric_limits<int32_t>::max())
       throw UsageError("score: --tokens expects comma-separated ids, got '" + item + "'");
     ids.push_back(static_cast<int32_t>(v));
+    if (end == list.size()) return ids;
+    begin = end + 1;
   }
-  return ids;
 }
 
-int score(int argc, char** argv) {
-  const Flags flags(
-      "score", argc, argv,
-      {"-m", "--text", "--file", "--tokens", "--mode", "--chunk-size", "--threads", "--logits-out"},
-      {"--help", "--json"});
-  if (flags.has("--help")) return std::fputs(kScoreHelp, stdout), 0;
-  set_threads(flags);
-  const int sources = flags.has("--text") + flags.has("--file") + flags.has("--tokens");
+/// The ids to score: --tokens as given; --text and --file through the model's tokenizer.
+std::vector<int32_t> score_input(const Args& args, const std::string& dir, int64_t vocab) {
+  const int sources = args.has("--text") + args.has("--file") + args.has("--tokens");
   if (sources != 1) throw UsageError("score: give exactly one of --text, --file, --tokens");
-  const retnet::Form form = parse_form(flags, "chunkwise", true);
-  const Index chunk = flags.integer("--chunk-size", 0, 1);
-  const std::string dir = require_model_dir(flags, "score");
-  Model model = retnet::load_model<float>(dir);
-  const auto tokenizer = retnet::load_tokenizer(dir, model.config().vocab_size);
+  if (args.has("--tokens")) return parse_token_list(args.str("--tokens"));
+  const auto tokenizer = retnet::load_tokenizer(dir, vocab);
+  if (args.has("--text")) return tokenizer->encode(args.str("--text"));
+  return tokenizer->encode(read_text_file(args.str("--file")));
+}
 
-  std::vector<int32_t> ids = flags.has("--tokens") ? parse_token_list(flags.str("--tokens"))
-                             : flags.has("--file")
-                                 ? tokenizer->encode(read_file(flags.str("--file")))
-                                 : tokenizer->encode(flags.str("--text"));
-  if (ids.empty()) throw UsageError("score: nothing to score (0 tokens)");
-  const Index time = static_cast<Index>(ids.size()), vocab = model.config().vocab_size;
-  const retnet::TokenMatrix tokens = Eigen::Map<const retnet::TokenMatrix>(ids.data(), 1, time);
+int score(const Args& args) {
+  set_threads(args);
+  const retnet::Form form = parse_form(args, true);
+  const std::string dir = args.str("-m");
+  const Model model = retnet::load_model<float>(dir);
+  const Index vocab = model.config().vocab_size;
+  const std::vector<int32_t> ids = score_input(args, dir, vocab);
+  const Index time = static_cast<Index>(ids.size());
+  if (time < 2)
+    throw UsageError("score: " + std::to_string(time) +
+                     " token(s) to score; at least 2 are needed (the first is only context)");
+  const Eigen::Map<const retnet::TokenMatrix> tokens(ids.data(), 1, time);
 
   std::unique_ptr<retnet::NpyWriter> logits_out;
-  if (flags.has("--logits-out"))
-    logits_out = std::make_unique<retnet::NpyWriter>(flags.str("--logits-out"),
+  if (args.has("--logits-out"))
+    logits_out = std::make_unique<retnet::NpyWriter>(args.str("--logits-out"),
                                                      std::vector<int64_t>{time, vocab});
   // Sum of -log p(token t+1 | tokens <= t), accumulated as segments arrive.
   double nll = 0;
   const bool progress = time > 4096;
   const auto t0 = std::chrono::steady_clock::now();
   auto state = model.new_state(1);
-  std::vector<float> row_buffer;
+  retnet::Workspace<float> ws;
   model.forward_segments(
-      tokens, form, chunk, state, [&](Index start, Index len, const retnet::Matrix<float>& logits) {
+      tokens, form, chunk_size(args), state, ws,
+      [&](Index start, Index len, const retnet::Matrix<float>& logits) {
         for (Index r = 0; r < len; ++r) {
           const Index t = start + r;
           if (t + 1 < time) {
@@ -282,10 +391,12 @@ int score(int argc, char** argv) {
       });
   if (progress) std::fputc('\n', stderr);
   if (logits_out) logits_out->close();
+  if (!std::isfinite(nll))
+    throw retnet::Error("the model's logits are not finite (NaN or inf): nothing to report");
   const double seconds = seconds_since(t0);
   const int64_t predicted = time - 1;
-  const double nats = predicted > 0 ? nll / double(predicted) : 0.0;
-  if (flags.has("--json")) {
+  const double nats = nll / double(predicted);
+  if (args.has("--json")) {
     nlohmann::json j = {{"tokens", time},
                         {"predicted_tokens", predicted},
                         {"nats_per_token", nats},
@@ -305,20 +416,19 @@ int score(int argc, char** argv) {
 
 // ---------------------------------------------------------------- bench
 
-const char* kBenchHelp = R"(usage: retnet bench (-m DIR | --config CONFIG.json) [options]
-Times reading a prompt and decoding after it. With --config alone, weights are random (seeded).
-  -m DIR             model folder
-  --config FILE      a config.json (random weights)
-  --prompt-len N     prompt tokens (default 512)
-  --gen-len N        decoded tokens (default 128)
-  --batch B          sequences decoded together (default 1)
-  --threads N        threads (default: all cores)
-  --mode M           prompt form: parallel | chunkwise (default chunkwise)
-  --chunk-size C     chunk size of the chunkwise form (default: config)
-  --logits M         prompt logits: last | all (default last: time to first token)
-  --repeat R         timed runs after one warm-up run; medians are reported (default 3)
-  --json             print one JSON object
-)";
+const std::vector<Flag> kBenchFlags = {
+    model_flag(),
+    text("--config", "FILE", nullptr, "a config.json (random weights, seeded)"),
+    integer("--prompt-len", "N", "512", 1, 1 << 20, "prompt tokens"),
+    integer("--gen-len", "N", "128", 0, 1 << 20, "decoded tokens"),
+    integer("--batch", "B", "1", 1, 1024, "sequences decoded together"),
+    threads_flag(),
+    text("--mode", "M", "chunkwise", "prompt form: parallel | chunkwise"),
+    chunk_flag(),
+    text("--logits", "M", "last", "prompt logits: last (time to first token) | all"),
+    integer("--repeat", "R", "3", 1, 1000, "timed runs after one warm-up run; medians reported"),
+    toggle("--json", "print one JSON object"),
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -326,35 +436,28 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int bench(int argc, char** argv) {
-  const Flags flags("bench", argc, argv,
-                    {"-m", "--config", "--prompt-len", "--gen-len", "--batch", "--threads",
-                     "--mode", "--chunk-size", "--logits", "--repeat"},
-                    {"--help", "--json"});
-  if (flags.has("--help")) return std::fputs(kBenchHelp, stdout), 0;
-  set_threads(flags);
-  if (flags.has("-m") == flags.has("--config"))
+Model bench_model(const Args& args) {
+  if (args.has("-m") == args.has("--config"))
     throw UsageError("bench: give exactly one of -m DIR or --config CONFIG.json");
-  const retnet::Form form = parse_form(flags, "chunkwise", false);
-  const Index prompt_len = flags.integer("--prompt-len", 512, 1);
-  const Index gen_len = flags.integer("--gen-len", 128, 0);
-  const Index batch = flags.integer("--batch", 1, 1);
-  const Index chunk = flags.integer("--chunk-size", 0, 1);
-  const int repeat = static_cast<int>(flags.integer("--repeat", 3, 1));
-  const std::string logits_flag = flags.str("--logits", "last");
+  if (args.has("-m")) return retnet::load_model<float>(args.str("-m"));
+  const auto config = retnet::ModelConfig::load(args.str("--config"));
+  return Model(config, retnet::ModelWeights<float>::random(config, 1));
+}
+
+int bench(const Args& args) {
+  set_threads(args);
+  const retnet::Form form = parse_form(args, false);
+  const Index prompt_len = args.integer("--prompt-len"), gen_len = args.integer("--gen-len");
+  const Index batch = args.integer("--batch");
+  const int repeat = static_cast<int>(args.integer("--repeat"));
+  const std::string logits_flag = args.str("--logits");
   if (logits_flag != "last" && logits_flag != "all")
     throw UsageError("bench: --logits must be last or all, got '" + logits_flag + "'");
   const auto logits_mode =
       logits_flag == "all" ? retnet::LogitsMode::kAll : retnet::LogitsMode::kLast;
 
-  std::unique_ptr<Model> model;
-  if (flags.has("-m")) {
-    model = std::make_unique<Model>(retnet::load_model<float>(flags.str("-m")));
-  } else {
-    const auto config = retnet::ModelConfig::load(flags.str("--config"));
-    model = std::make_unique<Model>(config, retnet::ModelWeights<float>::random(config, 1));
-  }
-  const auto& config = model->config();
+  const Model model = bench_model(args);
+  const auto& config = model.config();
   std::mt19937_64 rng(7);
   retnet::TokenMatrix prompt(batch, prompt_len);
   for (Index i = 0; i < prompt.size(); ++i) prompt.data()[i] = int32_t(rng() % config.vocab_size);
@@ -362,16 +465,17 @@ int bench(int argc, char** argv) {
   std::vector<double> prefill_s, decode_s;
   size_t state_bytes = 0;
   retnet::Matrix<float> logits;
+  retnet::Workspace<float> ws;
   for (int run = 0; run <= repeat; ++run) {  // run 0 warms up (page faults, caches): not counted
-    auto state = model->new_state(batch);
+    auto state = model.new_state(batch);
     auto t0 = std::chrono::steady_clock::now();
-    model->forward(prompt, form, chunk, state, logits, logits_mode);
+    model.forward(prompt, form, chunk_size(args), state, ws, logits, logits_mode);
     prefill_s.push_back(seconds_since(t0));
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (Index b = 0; b < batch; ++b) next[b] = prompt(b, prompt_len - 1);
     t0 = std::chrono::steady_clock::now();
     for (Index s = 0; s < gen_len; ++s) {
-      model->step(next, state, logits);
+      model.step(next, state, ws, logits);
       for (Index b = 0; b < batch; ++b) {  // greedy, so that decoding does real work
         Index arg;
         logits.row(b).maxCoeff(&arg);
@@ -385,12 +489,12 @@ int bench(int argc, char** argv) {
   const double prefill = median(prefill_s), decode = median(decode_s);
   const double prefill_tps = double(batch * prompt_len) / prefill;
   const double decode_tps = gen_len ? double(batch * gen_len) / decode : 0.0;
-  const size_t weight_bytes = model->weights().size_bytes(config);
+  const size_t weight_bytes = model.weights().size_bytes(config);
   // What one decoding step streams: every weight except the embedding rows it does not touch
   // (the table still counts once when it doubles as the output projection).
   const size_t embed_bytes = size_t(config.vocab_size * config.embed_dim) * sizeof(float);
   const size_t step_bytes = config.tie_embeddings ? weight_bytes : weight_bytes - embed_bytes;
-  if (flags.has("--json")) {
+  if (args.has("--json")) {
     nlohmann::json j = {{"prompt_len", prompt_len},
                         {"gen_len", gen_len},
                         {"batch", batch},
@@ -422,12 +526,36 @@ int bench(int argc, char** argv) {
   return 0;
 }
 
-const char* kHelp = R"(usage: retnet COMMAND [options]
-  generate   generate text from a prompt
-  score      score a text (nats per token, perplexity)
-  bench      time prompt processing and decoding
-Run `retnet COMMAND --help` for the options of each.
-)";
+// ---------------------------------------------------------------- commands
+
+struct Command {
+  const char* name;
+  const char* usage;
+  const char* summary;
+  const std::vector<Flag>& flags;
+  int (*run)(const Args&);
+};
+
+const Command kCommands[] = {
+    {"generate", "retnet generate -m DIR [options]",
+     "Generates text from a prompt and streams it to stdout; speeds go to stderr.", kGenerateFlags,
+     generate},
+    {"score", "retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]",
+     "How well the model predicts a sequence: each token from the ones before it.", kScoreFlags,
+     score},
+    {"bench", "retnet bench (-m DIR | --config CONFIG.json) [options]",
+     "Times reading a prompt and decoding after it.", kBenchFlags, bench},
+};
+
+std::string overview() {
+  std::string out = "usage: retnet COMMAND [options]\n";
+  for (const Command& c : kCommands) {
+    std::string name = std::string("  ") + c.name;
+    name.resize(13, ' ');
+    out += name + c.summary + "\n";
+  }
+  return out + "Run `retnet COMMAND --help` for the options of each.\n";
+}
 
 }  // namespace
 
@@ -436,30 +564,34 @@ int main(int argc, char** argv) {
     std::fputs("retnet: missing command (generate, score, bench); see retnet --help\n", stderr);
     return 2;
   }
-  const std::string command = argv[1];
-  try {
-    if (command == "generate") return generate(argc - 2, argv + 2);
-    if (command == "score") return score(argc - 2, argv + 2);
-    if (command == "bench") return bench(argc - 2, argv + 2);
-    if (command == "--help" || command == "-h" || command == "help")
-      return std::fputs(kHelp, stdout), 0;
-    std::fprintf(stderr, "retnet: unknown command '%s' (generate, score, bench)\n",
-                 command.c_str());
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help")
+    return std::fputs(overview().c_str(), stdout), 0;
+  const Command* command = nullptr;
+  for (const Command& c : kCommands)
+    if (name == c.name) command = &c;
+  if (!command) {
+    std::fprintf(stderr, "retnet: unknown command '%s' (generate, score, bench)\n", name.c_str());
     return 2;
+  }
+  try {
+    const Args args(name, command->flags, argc - 2, argv + 2);
+    if (args.has("--help"))
+      return std::fputs(help_text(command->usage, command->summary, command->flags).c_str(),
+                        stdout),
+             0;
+    return command->run(args);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "retnet: %s\n", e.what());
     return 2;
   } catch (const retnet::Error& e) {
-    std::fprintf(stderr, "retnet %s: %s\n", command.c_str(), e.what());
+    std::fprintf(stderr, "retnet %s: %s\n", name.c_str(), e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "retnet %s: out of memory (the parallel form holds T x T scores per head; "
-                 "long inputs need --mode chunkwise)\n",
-                 command.c_str());
+    std::fprintf(stderr, "retnet %s: out of memory\n", name.c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "retnet %s: %s\n", command.c_str(), e.what());
+    std::fprintf(stderr, "retnet %s: %s\n", name.c_str(), e.what());
     return 1;
   }
 }

@@ -1,4 +1,4 @@
-// Access to the weights of a model folder (RETNET.md, "Checkpoint layout"): a single
+// Access to the weights of a model folder (docs/NUMERICS.md#tensor-names): a single
 // `model.safetensors` or the shards listed by `model.safetensors.index.json`.
 //
 // Callers use logical tensor names (without the torchscale / fairseq / HF prefix); the

@@ -22,10 +22,7 @@ namespace retnet {
 template <typename Scalar>
 using RetentionState = Tensor4<Scalar>;
 
-template <typename Scalar>
-using Tensor3 = Eigen::Tensor<Scalar, 3, Eigen::RowMajor>;
-
-/// The per-head decays of RETNET.md: gamma_h = 1 - 2^(-5-h).
+/// The default per-head decays (docs/NUMERICS.md#retention): gamma_h = 1 - 2^(-5-h).
 template <typename Scalar>
 std::vector<Scalar> default_decays(Index heads) {
   std::vector<Scalar> decays(static_cast<size_t>(heads));
@@ -34,11 +31,6 @@ std::vector<Scalar> default_decays(Index heads) {
 }
 
 namespace detail {
-
-inline std::string shape_string(const Eigen::DSizes<Index, 4>& d) {
-  return "[" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) +
-         ", " + std::to_string(d[3]) + "]";
-}
 
 /// Checks that there is one decay per head and that each lies in (0, 1].
 template <typename Scalar>
@@ -85,32 +77,12 @@ void prepare_state(RetentionState<Scalar>& state, Index batch, Index heads, Inde
                                                      ", expected " + shape_string(expected));
 }
 
-/// Gives `t` shape [a, b, c, d], reallocating only when the size changes (no per-token allocation).
-template <typename Scalar>
-void resize_if_needed(Tensor4<Scalar>& t, Index a, Index b, Index c, Index d) {
-  if (t.dimension(0) != a || t.dimension(1) != b || t.dimension(2) != c || t.dimension(3) != d)
-    t.resize(a, b, c, d);
-}
-
 /// powers[i] = gamma^i for i = 0..n.
 template <typename Scalar>
 void decay_powers(Scalar gamma, Index n, Vector<Scalar>& powers) {
   powers.resize(n + 1);
   powers[0] = Scalar(1);
   for (Index i = 1; i <= n; ++i) powers[i] = powers[i - 1] * gamma;
-}
-
-/// Row-major [rows, cols] view of block (b, h) of a [batch, heads, rows, cols] tensor.
-template <typename Scalar>
-ConstMatrixMap<Scalar> head_block(const Tensor4<Scalar>& t, Index b, Index h) {
-  const auto& d = t.dimensions();
-  return ConstMatrixMap<Scalar>(t.data() + (b * d[1] + h) * d[2] * d[3], d[2], d[3]);
-}
-
-template <typename Scalar>
-MatrixMap<Scalar> head_block(Tensor4<Scalar>& t, Index b, Index h) {
-  const auto& d = t.dimensions();
-  return MatrixMap<Scalar>(t.data() + (b * d[1] + h) * d[2] * d[3], d[2], d[3]);
 }
 
 /// A ⊙= D with D[n][m] = gamma^(n-m) for n >= m, else 0 (A is square, powers from decay_powers).

@@ -1,4 +1,4 @@
-// One decoder layer (RETNET.md, "Decoder"), pre-norm residual:
+// One decoder layer (docs/NUMERICS.md#decoder), pre-norm residual:
 //     x = x + MSR(norm(x) ⊙ w_retention_layer_norm)
 //     x = x + FFN(norm(x) ⊙ w_final_layer_norm)
 #pragma once
@@ -9,6 +9,13 @@
 namespace retnet {
 
 template <typename Scalar>
+struct DecoderLayerParams {
+  RetentionParams<Scalar> retention;
+  FeedForwardParams<Scalar> ffn;
+  Scalar eps = Scalar(1e-6);  // of the two pre-norms
+};
+
+template <typename Scalar>
 struct DecoderLayerWeights {
   Norm<Scalar> retention_norm;
   RetentionWeights<Scalar> retention;
@@ -17,39 +24,24 @@ struct DecoderLayerWeights {
 };
 
 template <typename Scalar>
-struct DecoderLayerScratch {
+struct DecoderLayerWorkspace {
   Matrix<Scalar> normed, delta;
-  RetentionScratch<Scalar> retention;
-  FeedForwardScratch<Scalar> ffn;
+  RetentionWorkspace<Scalar> retention;
+  FeedForwardWorkspace<Scalar> ffn;
 };
 
+/// x [batch·time, d] in place; `state` is this layer's retention state.
 template <typename Scalar>
-class DecoderLayer {
- public:
-  DecoderLayer(const ModelConfig& config, const DecoderLayerWeights<Scalar>& weights)
-      : w_(weights),
-        retention_(config, weights.retention),
-        ffn_(config, weights.ffn),
-        eps_(static_cast<Scalar>(config.eps)) {}
-
-  const MultiScaleRetention<Scalar>& retention() const { return retention_; }
-
-  /// x [batch·time, d] in place; `state` is this layer's retention state.
-  void forward(Matrix<Scalar>& x, const SequenceLayout<Scalar>& layout, Form form, Index chunk_size,
-               RetentionState<Scalar>& state, DecoderLayerScratch<Scalar>& s) const {
-    w_.retention_norm.apply(x, eps_, s.normed);
-    retention_.forward(s.normed, layout, form, chunk_size, state, s.retention, s.delta);
-    x += s.delta;
-    w_.final_norm.apply(x, eps_, s.normed);
-    ffn_.forward(s.normed, s.ffn, s.delta);
-    x += s.delta;
-  }
-
- private:
-  const DecoderLayerWeights<Scalar>& w_;
-  MultiScaleRetention<Scalar> retention_;
-  FeedForward<Scalar> ffn_;
-  Scalar eps_;
-};
+void decoder_layer(const DecoderLayerParams<Scalar>& p, const DecoderLayerWeights<Scalar>& w,
+                   Matrix<Scalar>& x, const SequenceLayout<Scalar>& layout, Form form,
+                   RetentionState<Scalar>& state, DecoderLayerWorkspace<Scalar>& ws) {
+  w.retention_norm.apply(x, p.eps, ws.normed);
+  multiscale_retention(p.retention, w.retention, ws.normed, layout, form, state, ws.retention,
+                       ws.delta);
+  x += ws.delta;
+  w.final_norm.apply(x, p.eps, ws.normed);
+  feed_forward(p.ffn, w.ffn, ws.normed, ws.ffn, ws.delta);
+  x += ws.delta;
+}
 
 }  // namespace retnet

@@ -1,12 +1,21 @@
-// Feed-forward block (RETNET.md, "Decoder"), two kinds:
+// Feed-forward block (docs/NUMERICS.md#feed-forward), two kinds:
 //   GLU (torchscale, HF use_glu: true):  fc2(act(fc1 x) ⊙ gate x), no biases
 //   plain (HF use_glu: false, the paper): fc2(sub_ln(act(fc1 x + b1))) + b2, sub_ln only with subln
 #pragma once
 
-#include "retnet/layers/linear.hpp"
-#include "retnet/layers/ops.hpp"
+#include "retnet/ops/activation.hpp"
+#include "retnet/ops/linear.hpp"
+#include "retnet/ops/norm.hpp"
 
 namespace retnet {
+
+template <typename Scalar>
+struct FeedForwardParams {
+  Activation activation = Activation::kGelu;
+  bool glu = true;
+  bool subln = false;  // plain only
+  Scalar eps = Scalar(1e-6);
+};
 
 template <typename Scalar>
 struct FeedForwardWeights {
@@ -17,44 +26,30 @@ struct FeedForwardWeights {
 };
 
 template <typename Scalar>
-struct FeedForwardScratch {
+struct FeedForwardWorkspace {
   Matrix<Scalar> hidden, gate, normed;
 };
 
+/// y = FFN(x) for x [rows, d].
 template <typename Scalar>
-class FeedForward {
- public:
-  FeedForward(const ModelConfig& config, const FeedForwardWeights<Scalar>& weights)
-      : w_(weights),
-        activation_(config.activation),
-        glu_(config.use_glu),
-        subln_(!config.use_glu && config.subln),
-        eps_(static_cast<Scalar>(config.eps)) {}
-
-  void forward(const Matrix<Scalar>& x, FeedForwardScratch<Scalar>& s, Matrix<Scalar>& y) const {
-    if (glu_) {
-      linear<Scalar, 2>(x, {&w_.fc1, &w_.gate}, {&s.hidden, &s.gate});
-      activate<Scalar>(activation_, s.hidden);
-      s.hidden.array() *= s.gate.array();
-      linear(s.hidden, w_.fc2, y);
-      return;
-    }
-    linear(x, w_.fc1, s.hidden);
-    s.hidden.rowwise() += w_.fc1_bias.transpose();
-    activate<Scalar>(activation_, s.hidden);
-    if (subln_) {
-      w_.sub_norm.apply(s.hidden, eps_, s.normed);
-      s.hidden.swap(s.normed);
-    }
-    linear(s.hidden, w_.fc2, y);
-    y.rowwise() += w_.fc2_bias.transpose();
+void feed_forward(const FeedForwardParams<Scalar>& p, const FeedForwardWeights<Scalar>& w,
+                  const Matrix<Scalar>& x, FeedForwardWorkspace<Scalar>& ws, Matrix<Scalar>& y) {
+  if (p.glu) {
+    linear<Scalar, 2>(x, {&w.fc1, &w.gate}, {&ws.hidden, &ws.gate});
+    activate<Scalar>(p.activation, ws.hidden);
+    ws.hidden.array() *= ws.gate.array();
+    linear(ws.hidden, w.fc2, y);
+    return;
   }
-
- private:
-  const FeedForwardWeights<Scalar>& w_;
-  Activation activation_;
-  bool glu_, subln_;
-  Scalar eps_;
-};
+  linear(x, w.fc1, ws.hidden);
+  ws.hidden.rowwise() += w.fc1_bias.transpose();
+  activate<Scalar>(p.activation, ws.hidden);
+  if (p.subln) {
+    w.sub_norm.apply(ws.hidden, p.eps, ws.normed);
+    ws.hidden.swap(ws.normed);
+  }
+  linear(ws.hidden, w.fc2, y);
+  y.rowwise() += w.fc2_bias.transpose();
+}
 
 }  // namespace retnet

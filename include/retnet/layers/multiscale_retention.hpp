@@ -1,4 +1,4 @@
-// Multi-scale retention (MSR) block, RETNET.md:
+// Multi-scale retention (MSR) block (docs/NUMERICS.md#multi-scale-retention):
 //     Q = X Wqᵀ,  K = X Wkᵀ · dk^-0.5,  V = X Wvᵀ,  G = X Wgᵀ
 //     rotate q_n, k_n by position;  O_h = retention_h(Q_h, K_h, V_h) with decay gamma_h
 //     O_h = norm(O_h) per token and head;  Y = (swish(G) ⊙ concat_h O_h) Woᵀ
@@ -9,17 +9,27 @@
 #include <vector>
 
 #include "retnet/kernels/retention.hpp"
-#include "retnet/layers/linear.hpp"
-#include "retnet/layers/ops.hpp"
-#include "retnet/layers/rotation.hpp"
+#include "retnet/ops/activation.hpp"
+#include "retnet/ops/linear.hpp"
+#include "retnet/ops/norm.hpp"
+#include "retnet/ops/rotation.hpp"
 
 namespace retnet {
 
-enum class Form { kParallel, kChunkwise, kRecurrent };
+/// What fixes the shape and arithmetic of an MSR block (the model derives it from its config).
+template <typename Scalar>
+struct RetentionParams {
+  Index heads = 0, key_head_dim = 0, value_head_dim = 0;
+  NormKind head_norm = NormKind::kRMSNorm;
+  Scalar eps = Scalar(1e-6);
+  std::vector<Scalar> decays;  // one per head
 
-inline const char* form_name(Form f) {
-  return f == Form::kParallel ? "parallel" : f == Form::kChunkwise ? "chunkwise" : "recurrent";
-}
+  /// The state has dv + 1 columns per head: V gets a column of ones, so that the retention of
+  /// that column, sum_m gamma^(n-m) q_n·k_m, is the row sum that torchscale's parallel form
+  /// divides by (docs/NUMERICS.md#scale-factors); it rides through every form and across
+  /// chunks for free.
+  Index state_columns() const { return value_head_dim + 1; }
+};
 
 template <typename Scalar>
 struct RetentionWeights {
@@ -28,8 +38,8 @@ struct RetentionWeights {
   LinearWeight<Scalar> out_proj;        // [d, Dv]
 };
 
-/// Where the rows of an activation matrix come from: row b·time + t is position
-/// positions[b] + t of batch entry b.
+/// Where the rows of an activation matrix come from: row b·time + t is position start[b] + t of
+/// batch entry b, with the rotation of that position.
 template <typename Scalar>
 struct SequenceLayout {
   Index batch = 0, time = 0;
@@ -50,116 +60,88 @@ struct SequenceLayout {
   std::vector<int64_t> row_positions;
 };
 
-/// Buffers reused from call to call so that decoding allocates nothing per token.
+/// The caller's buffers for one MSR block, reused from call to call so that decoding allocates
+/// nothing per token.
 template <typename Scalar>
-struct RetentionScratch {
-  Matrix<Scalar> q, k, v, g, o;
-  Tensor4<Scalar> qh, kh, vh, oh;
+struct RetentionWorkspace {
+  Matrix<Scalar> q, k, v, g, o;    // [rows, ·]: projections, then the gated head outputs
+  Tensor4<Scalar> qh, kh, vh, oh;  // [batch, heads, time, ·]: the kernel's operands
 };
 
-/// One MSR block of a model: weights plus what the config fixes.
-///
-/// The state has dv + 1 columns per head: V gets a column of ones, so that the retention of
-/// that column, sum_m gamma^(n-m) q_n·k_m, is the row sum that torchscale's parallel form
-/// divides by (below); it rides through every form and across chunks for free.
+namespace detail {
+
+/// sqrt(sum_{i=0}^{n} gamma^i), in closed form: the decay normaliser c_n.
 template <typename Scalar>
-class MultiScaleRetention {
- public:
-  MultiScaleRetention(const ModelConfig& config, const RetentionWeights<Scalar>& weights)
-      : w_(weights),
-        heads_(config.heads),
-        dk_(config.key_head_dim()),
-        dv_(config.value_head_dim()),
-        norm_(config.norm),
-        eps_(static_cast<Scalar>(config.eps)),
-        decays_(default_decays<Scalar>(config.heads)) {}
+Scalar decay_norm(Scalar gamma, int64_t n) {
+  const double g = static_cast<double>(gamma);
+  const double sum = g == 1.0 ? double(n + 1) : (1.0 - std::pow(g, double(n + 1))) / (1.0 - g);
+  return static_cast<Scalar>(std::sqrt(sum));
+}
 
-  Index state_columns() const { return dv_ + 1; }
-  Index key_head_dim() const { return dk_; }
+/// Splits the projections into heads [batch, heads, time, ·]: q and k rotated by position, k
+/// scaled by dk^-0.5, and v given its column of ones.
+template <typename Scalar>
+void split_heads(const RetentionParams<Scalar>& p, const SequenceLayout<Scalar>& layout,
+                 RetentionWorkspace<Scalar>& ws) {
+  const Index batch = layout.batch, time = layout.time, heads = p.heads;
+  const Index dk = p.key_head_dim, dv = p.value_head_dim, dv1 = p.state_columns();
+  resize_if_needed(ws.qh, batch, heads, time, dk);
+  resize_if_needed(ws.kh, batch, heads, time, dk);
+  resize_if_needed(ws.vh, batch, heads, time, dv1);
+  const Scalar key_scale = Scalar(1) / std::sqrt(Scalar(dk));
+  for (Index b = 0; b < batch; ++b)
+    for (Index h = 0; h < heads; ++h)
+      for (Index t = 0; t < time; ++t) {
+        const Index row = b * time + t, at = (b * heads + h) * time + t;
+        layout.rotation.rotate(ws.q.row(row).data() + h * dk, row, dk, ws.qh.data() + at * dk);
+        Scalar* k = ws.kh.data() + at * dk;
+        layout.rotation.rotate(ws.k.row(row).data() + h * dk, row, dk, k);
+        for (Index i = 0; i < dk; ++i) k[i] *= key_scale;
+        Scalar* v = ws.vh.data() + at * dv1;
+        std::copy_n(ws.v.row(row).data() + h * dv, dv, v);
+        v[dv] = Scalar(1);
+      }
+}
 
-  /// y = MSR(x) for x [batch·time, d] laid out as `layout`; `state` [batch, heads, dk, dv+1] is
-  /// the state before the first row (zero when empty) and receives the state after the last.
-  void forward(const Matrix<Scalar>& x, const SequenceLayout<Scalar>& layout, Form form,
-               Index chunk_size, RetentionState<Scalar>& state, RetentionScratch<Scalar>& s,
-               Matrix<Scalar>& y) const {
-    const Index batch = layout.batch, time = layout.time, rows = x.rows();
-    const Index dv1 = dv_ + 1;
-    linear<Scalar, 4>(x, {&w_.q_proj, &w_.k_proj, &w_.v_proj, &w_.g_proj},
-                      {&s.q, &s.k, &s.v, &s.g});
+/// Head outputs back into rows [rows, heads·dv], each scaled by torchscale's factors and then
+/// normalised: row n of head h is divided by c_n and by clamp(|row sum|, 1, 5e4), where the row
+/// sum is the extra column of the state (docs/NUMERICS.md#scale-factors).
+template <typename Scalar>
+void normalize_heads(const RetentionParams<Scalar>& p, const SequenceLayout<Scalar>& layout,
+                     RetentionWorkspace<Scalar>& ws) {
+  const Index batch = layout.batch, time = layout.time, heads = p.heads;
+  const Index dv = p.value_head_dim, dv1 = p.state_columns();
+  ws.o.resize(batch * time, heads * dv);
+  for (Index b = 0; b < batch; ++b)
+    for (Index h = 0; h < heads; ++h)
+      for (Index t = 0; t < time; ++t) {
+        const Index row = b * time + t;
+        const Scalar* o = ws.oh.data() + ((b * heads + h) * time + t) * dv1;
+        const Scalar c = decay_norm(p.decays[h], layout.position(row));
+        const Scalar row_sum = o[dv] / c;
+        const Scalar scale =
+            Scalar(1) / (c * std::clamp(std::abs(row_sum), Scalar(1), Scalar(5e4)));
+        Scalar* out = ws.o.row(row).data() + h * dv;
+        for (Index e = 0; e < dv; ++e) out[e] = o[e] * scale;
+        normalize(p.head_norm, p.eps, out, dv);
+      }
+}
 
-    // Split into heads [batch, heads, time, ·], rotating q and k and scaling k by dk^-0.5.
-    detail::resize_if_needed(s.qh, batch, heads_, time, dk_);
-    detail::resize_if_needed(s.kh, batch, heads_, time, dk_);
-    detail::resize_if_needed(s.vh, batch, heads_, time, dv1);
-    const Scalar key_scale = Scalar(1) / std::sqrt(Scalar(dk_));
-    for (Index b = 0; b < batch; ++b)
-      for (Index h = 0; h < heads_; ++h)
-        for (Index t = 0; t < time; ++t) {
-          const Index row = b * time + t, at = (b * heads_ + h) * time + t;
-          layout.rotation.rotate(s.q.row(row).data() + h * dk_, row, dk_, s.qh.data() + at * dk_);
-          Scalar* kk = s.kh.data() + at * dk_;
-          layout.rotation.rotate(s.k.row(row).data() + h * dk_, row, dk_, kk);
-          for (Index i = 0; i < dk_; ++i) kk[i] *= key_scale;
-          Scalar* vv = s.vh.data() + at * dv1;
-          std::copy_n(s.v.row(row).data() + h * dv_, dv_, vv);
-          vv[dv_] = Scalar(1);
-        }
+}  // namespace detail
 
-    switch (form) {
-      case Form::kParallel:
-        RETNET_REQUIRE(state.size() == 0 || is_zero(state),
-                       "MultiScaleRetention: the parallel form starts from an empty state; use the "
-                       "chunkwise or recurrent form to continue a sequence");
-        parallel_retention(s.qh, s.kh, s.vh, decays_, &state, s.oh);
-        break;
-      case Form::kChunkwise:
-        chunkwise_retention(s.qh, s.kh, s.vh, decays_, chunk_size, &state, s.oh);
-        break;
-      case Form::kRecurrent:
-        recurrent_retention(s.qh, s.kh, s.vh, decays_, &state, s.oh);
-        break;
-    }
-
-    // torchscale's scale factors, then the per-head norm and the swish gate:
-    //   c_n = sqrt(sum_{i<=n} gamma^i) divides row n of D, and row n of (QKᵀ ⊙ D) is divided by
-    //   clamp(|row sum|, 1, 5e4); both cancel in the norm up to eps, which is why they matter.
-    s.o.resize(rows, heads_ * dv_);
-    for (Index b = 0; b < batch; ++b)
-      for (Index h = 0; h < heads_; ++h)
-        for (Index t = 0; t < time; ++t) {
-          const Index row = b * time + t;
-          const Scalar* o = s.oh.data() + ((b * heads_ + h) * time + t) * dv1;
-          const Scalar c = decay_norm(h, layout.position(row));
-          const Scalar row_sum = o[dv_] / c;
-          const Scalar scale =
-              Scalar(1) / (c * std::clamp(std::abs(row_sum), Scalar(1), Scalar(5e4)));
-          Scalar* out = s.o.row(row).data() + h * dv_;
-          for (Index e = 0; e < dv_; ++e) out[e] = o[e] * scale;
-          normalize(norm_, eps_, out, dv_);
-        }
-    for (Index r = 0; r < rows; ++r)
-      for (Index c = 0; c < heads_ * dv_; ++c) s.o(r, c) *= swish(s.g(r, c));
-    linear(s.o, w_.out_proj, y);
-  }
-
- private:
-  /// sqrt(sum_{i=0}^{n} gamma^i), in closed form.
-  Scalar decay_norm(Index head, int64_t n) const {
-    const double g = static_cast<double>(decays_[head]);
-    const double sum = g == 1.0 ? double(n + 1) : (1.0 - std::pow(g, double(n + 1))) / (1.0 - g);
-    return static_cast<Scalar>(std::sqrt(sum));
-  }
-  static bool is_zero(const RetentionState<Scalar>& t) {
-    for (Index i = 0; i < t.size(); ++i)
-      if (t.data()[i] != Scalar(0)) return false;
-    return true;
-  }
-
-  const RetentionWeights<Scalar>& w_;
-  Index heads_, dk_, dv_;
-  NormKind norm_;
-  Scalar eps_;
-  std::vector<Scalar> decays_;
-};
+/// y = MSR(x) for x [batch·time, d] laid out as `layout`; `state` [batch, heads, dk, dv+1] is the
+/// state before the first row (zero when empty) and receives the state after the last.
+template <typename Scalar>
+void multiscale_retention(const RetentionParams<Scalar>& p, const RetentionWeights<Scalar>& w,
+                          const Matrix<Scalar>& x, const SequenceLayout<Scalar>& layout, Form form,
+                          RetentionState<Scalar>& state, RetentionWorkspace<Scalar>& ws,
+                          Matrix<Scalar>& y) {
+  linear<Scalar, 4>(x, {&w.q_proj, &w.k_proj, &w.v_proj, &w.g_proj}, {&ws.q, &ws.k, &ws.v, &ws.g});
+  detail::split_heads(p, layout, ws);
+  retention(form, ws.qh, ws.kh, ws.vh, p.decays, state, ws.oh);
+  detail::normalize_heads(p, layout, ws);
+  ws.o.array() *= ws.g.array().unaryExpr([](Scalar g) { return swish(g); });
+  linear(ws.o, w.out_proj, y);
+}
 
 }  // namespace retnet

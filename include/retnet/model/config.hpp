@@ -1,6 +1,6 @@
 // Model hyper-parameters, read from a torchscale / HF RetNet `config.json`.
-// Keys and defaults follow RETNET.md ("Checkpoint layout"); defaults where a key is
-// absent are torchscale's RetNetConfig.
+// Keys and defaults: docs/NUMERICS.md#config-keys; defaults where a key is absent are
+// torchscale's RetNetConfig.
 #pragma once
 
 #include <cstdint>
@@ -9,11 +9,10 @@
 #include <string>
 
 #include "retnet/core/error.hpp"
+#include "retnet/ops/activation.hpp"
+#include "retnet/ops/norm.hpp"
 
 namespace retnet {
-
-enum class Activation { kGelu, kSwish };
-enum class NormKind { kRMSNorm, kLayerNorm };
 
 struct ModelConfig {
   int64_t vocab_size = 0;

@@ -1,14 +1,19 @@
-// A full RetNet decoder (RETNET.md, "Decoder"):
+// A full RetNet decoder (docs/NUMERICS.md#decoder):
 //     x = E[token] · (sqrt(d) if scale_embedding);  x = norm(x) ⊙ w_emb if layernorm_embedding
 //     x = layer_i(x) for each layer
 //     logits = (norm(x) ⊙ w_layer_norm) Woutᵀ            (Wout = E when tied)
-// Every form reads a sequence in segments and runs each segment through all layers:
-// parallel = one segment of the whole sequence, chunkwise = segments of `chunk_size`,
-// recurrent = segments of one token. Memory is bounded by the segment, not the sequence.
+//
+// The model (config + weights) is immutable once built and may be shared by any number of
+// threads. Everything a call writes belongs to the caller: the state (what the sequences have
+// read) and a Workspace (scratch buffers, reused from call to call so that decoding allocates
+// nothing per token). One workspace per thread.
+//
+// The model decides the segments (docs/NUMERICS.md#segments): every form reads a sequence in
+// segments that go through all layers, parallel = one segment of the whole sequence, chunkwise =
+// segments of `chunk_size`, recurrent = segments of one token. Memory is bounded by the segment.
 #pragma once
 
 #include <algorithm>
-#include <memory>
 #include <utility>
 
 #include "retnet/model/state.hpp"
@@ -16,212 +21,243 @@
 
 namespace retnet {
 
-/// Token ids, row-major [batch, time].
-using TokenMatrix = Eigen::Matrix<int32_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 /// Which logits a forward pass computes: every position, only each sequence's last, or none.
 enum class LogitsMode { kAll, kLast, kNone };
+
+/// The caller's scratch buffers for RetNetModel calls. Sized by the first call, reused after.
+template <typename Scalar>
+struct Workspace {
+  Matrix<Scalar> x;       // [batch·len, d]: the segment's activations
+  Matrix<Scalar> normed;  // [batch·len, d]
+  Matrix<Scalar> last_rows, logits;
+  DecoderLayerWorkspace<Scalar> layer;  // layers run one after another: one set of buffers
+  SequenceLayout<Scalar> layout;
+  TokenMatrix step_tokens;
+};
 
 template <typename Scalar>
 class RetNetModel {
  public:
+  /// The parallel form holds a [T, T] score matrix per head and thread; longer segments are
+  /// refused before allocating (the chunkwise form reads any length in bounded memory).
+  static constexpr double kMaxParallelScoreBytes = 4.0 * (1 << 30);
+
   RetNetModel(const ModelConfig& config, ModelWeights<Scalar> weights)
-      : config_(config),
-        weights_(std::make_shared<const ModelWeights<Scalar>>(std::move(weights))) {
+      : config_(config), weights_(std::move(weights)) {
     config_.validate();
     check_shapes();
-    for (const auto& l : weights_->layers) layers_.emplace_back(config_, l);
+    layer_params_ = layer_params(config_);
   }
-  RetNetModel(const RetNetModel& other) : RetNetModel(other.config_, other.weights_) {}
+  RetNetModel(RetNetModel&&) = default;
+  RetNetModel(const RetNetModel&) = delete;  // weights are large: share one model instead
   RetNetModel& operator=(const RetNetModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
-  const ModelWeights<Scalar>& weights() const { return *weights_; }
+  const ModelWeights<Scalar>& weights() const { return weights_; }
 
   /// A zero state for `batch` sequences at position 0.
   ModelState<Scalar> new_state(Index batch) const {
     RETNET_REQUIRE(batch >= 1, "new_state: batch must be >= 1, found " + std::to_string(batch));
     ModelState<Scalar> s;
     s.positions.assign(static_cast<size_t>(batch), 0);
-    s.layers.reserve(layers_.size());  // Eigen tensors are copied, not moved, when a vector grows
-    for (const auto& layer : layers_) {
-      RetentionState<Scalar> t(batch, config_.heads, config_.key_head_dim(),
-                               layer.retention().state_columns());
+    s.layers.reserve(static_cast<size_t>(config_.layers));  // Eigen tensors copy when moved
+    for (int64_t l = 0; l < config_.layers; ++l) {
+      RetentionState<Scalar> t(batch, config_.heads, config_.key_head_dim(), state_columns());
       t.setZero();
       s.layers.push_back(std::move(t));
     }
     return s;
   }
 
-  /// Reads `tokens` [batch, time] from `state` (updated in place) in the given form and writes
-  /// logits: kAll -> [batch·time, vocab] (row b·time + t), kLast -> [batch, vocab].
-  /// `chunk_size` <= 0 means the config's recurrent_chunk_size. The parallel form needs a fresh
-  /// state; chunkwise and recurrent continue any state.
-  void forward(const TokenMatrix& tokens, Form form, Index chunk_size, ModelState<Scalar>& state,
-               Matrix<Scalar>& logits, LogitsMode mode = LogitsMode::kAll) {
+  /// Reads `tokens` [batch, time] from `state` (updated in place) in the given form and calls
+  /// on_logits(start, len, logits [batch·len, vocab]) after each segment, so that a long
+  /// sequence can be scored in bounded memory. With kLast only the last position's logits are
+  /// computed, passed as on_logits(time - 1, 1, [batch, vocab]); with kNone on_logits is never
+  /// called. `chunk_size` <= 0 means the config's recurrent_chunk_size. The parallel form
+  /// needs a fresh (zero) state; chunkwise and recurrent continue any state.
+  template <typename OnLogits>
+  void forward_segments(const TokenMatrix& tokens, Form form, Index chunk_size,
+                        ModelState<Scalar>& state, Workspace<Scalar>& ws, OnLogits&& on_logits,
+                        LogitsMode mode = LogitsMode::kAll) const {
     const Index batch = tokens.rows(), time = tokens.cols();
-    const Index vocab = config_.vocab_size;
-    if (mode == LogitsMode::kAll) logits.resize(batch * time, vocab);
-    if (mode == LogitsMode::kLast) logits.resize(batch, vocab);
-    if (form == Form::kParallel) {
-      for (int64_t p : state.positions)
-        RETNET_REQUIRE(p == 0, "forward: the parallel form starts from a fresh state (position " +
-                                   std::to_string(p) +
-                                   " given); use chunkwise or recurrent to continue");
-    }
-    run_segments(
-        tokens, form, chunk_size, state,
-        [&](Index start, Index len, const Matrix<Scalar>& chunk_logits) {
-          if (mode == LogitsMode::kAll) {
-            for (Index b = 0; b < batch; ++b)
-              logits.middleRows(b * time + start, len) = chunk_logits.middleRows(b * len, len);
-          } else if (mode == LogitsMode::kLast) {
-            logits = chunk_logits;
-          }
-        },
-        mode, &logits);
+    read(tokens, form, chunk_size, state, ws, mode, [&](Index start, Index len) {
+      if (mode == LogitsMode::kAll) {
+        ws.logits.resize(batch * len, config_.vocab_size);
+        project_logits(ws.x, ws, ws.logits);
+        on_logits(start, len, ws.logits);
+      } else if (mode == LogitsMode::kLast && start + len == time) {
+        ws.logits.resize(batch, config_.vocab_size);
+        project_logits(last_rows(batch, len, ws), ws, ws.logits);
+        on_logits(time - 1, 1, ws.logits);
+      }
+    });
   }
 
-  /// Convenience: a fresh state, all logits.
-  Matrix<Scalar> forward(const TokenMatrix& tokens, Form form, Index chunk_size = 0) {
+  /// As forward_segments, collecting the logits: kAll -> [batch·time, vocab] (row b·time + t),
+  /// kLast -> [batch, vocab], kNone -> untouched. With batch 1 each segment's logits are written
+  /// straight into their rows, so a long sequence's [T, vocab] logits are never copied.
+  void forward(const TokenMatrix& tokens, Form form, Index chunk_size, ModelState<Scalar>& state,
+               Workspace<Scalar>& ws, Matrix<Scalar>& logits,
+               LogitsMode mode = LogitsMode::kAll) const {
+    const Index batch = tokens.rows(), time = tokens.cols(), vocab = config_.vocab_size;
+    if (mode == LogitsMode::kAll) logits.resize(batch * time, vocab);
+    if (mode == LogitsMode::kLast) logits.resize(batch, vocab);
+    read(tokens, form, chunk_size, state, ws, mode, [&](Index start, Index len) {
+      if (mode == LogitsMode::kAll && batch == 1) {
+        project_logits(ws.x, ws, logits.middleRows(start, len));
+      } else if (mode == LogitsMode::kAll) {
+        ws.logits.resize(batch * len, vocab);
+        project_logits(ws.x, ws, ws.logits);
+        for (Index b = 0; b < batch; ++b)
+          logits.middleRows(b * time + start, len) = ws.logits.middleRows(b * len, len);
+      } else if (mode == LogitsMode::kLast && start + len == time) {
+        project_logits(last_rows(batch, len, ws), ws, logits);
+      }
+    });
+  }
+
+  /// Convenience for tests and one-off calls: a fresh state and workspace, all logits.
+  Matrix<Scalar> forward(const TokenMatrix& tokens, Form form, Index chunk_size = 0) const {
     auto state = new_state(tokens.rows());
+    Workspace<Scalar> ws;
     Matrix<Scalar> logits;
-    forward(tokens, form, chunk_size, state, logits);
+    forward(tokens, form, chunk_size, state, ws, logits);
     return logits;
   }
 
-  /// One token per batch entry through the recurrent form: logits [batch, vocab].
-  /// Allocates nothing once the buffers have been sized by a first call of the same batch.
-  void step(const std::vector<int32_t>& tokens, ModelState<Scalar>& state, Matrix<Scalar>& logits) {
+  /// One token per batch entry through the recurrent form: logits [batch, vocab]. Allocates
+  /// nothing once `ws` has been sized by a first call of the same batch.
+  void step(const std::vector<int32_t>& tokens, ModelState<Scalar>& state, Workspace<Scalar>& ws,
+            Matrix<Scalar>& logits) const {
     const Index batch = static_cast<Index>(tokens.size());
-    scratch_.step_tokens.resize(batch, 1);
-    for (Index b = 0; b < batch; ++b) scratch_.step_tokens(b, 0) = tokens[b];
-    forward(scratch_.step_tokens, Form::kRecurrent, 1, state, logits, LogitsMode::kAll);
-  }
-
-  /// The engine under `forward`: reads `tokens` segment by segment (whole sequence for
-  /// parallel, chunk_size for chunkwise, 1 for recurrent) and calls
-  /// on_logits(start, len, logits [batch·len, vocab]) after each, so that a long sequence can
-  /// be scored in bounded memory. With kLast, only the last position's logits are computed and
-  /// passed as on_logits(time - 1, 1, [batch, vocab]); with kNone, on_logits is never called.
-  template <typename OnLogits>
-  void forward_segments(const TokenMatrix& tokens, Form form, Index chunk_size,
-                        ModelState<Scalar>& state, OnLogits&& on_logits,
-                        LogitsMode mode = LogitsMode::kAll) {
-    run_segments(tokens, form, chunk_size, state, on_logits, mode, nullptr);
+    ws.step_tokens.resize(batch, 1);
+    for (Index b = 0; b < batch; ++b) ws.step_tokens(b, 0) = tokens[b];
+    forward(ws.step_tokens, Form::kRecurrent, 1, state, ws, logits, LogitsMode::kAll);
   }
 
  private:
-  /// forward_segments, except that with `all_logits` (batch 1, kAll) each segment's logits are
-  /// written straight into their rows of *all_logits instead of going through on_logits: a long
-  /// sequence's [T, vocab] logits are then never copied.
-  template <typename OnLogits>
-  void run_segments(const TokenMatrix& tokens, Form form, Index chunk_size,
-                    ModelState<Scalar>& state, OnLogits&& on_logits, LogitsMode mode,
-                    Matrix<Scalar>* all_logits) {
+  Index state_columns() const { return config_.value_head_dim() + 1; }
+
+  static DecoderLayerParams<Scalar> layer_params(const ModelConfig& c) {
+    DecoderLayerParams<Scalar> p;
+    p.eps = static_cast<Scalar>(c.eps);
+    p.retention.heads = c.heads;
+    p.retention.key_head_dim = c.key_head_dim();
+    p.retention.value_head_dim = c.value_head_dim();
+    p.retention.head_norm = c.norm;
+    p.retention.eps = p.eps;
+    p.retention.decays = default_decays<Scalar>(c.heads);
+    p.ffn.activation = c.activation;
+    p.ffn.glu = c.use_glu;
+    p.ffn.subln = !c.use_glu && c.subln;
+    p.ffn.eps = p.eps;
+    return p;
+  }
+
+  Index segment_length(Form form, Index time, Index chunk_size) const {
+    if (form == Form::kParallel) return std::max<Index>(time, 1);
+    if (form == Form::kRecurrent) return 1;
+    return chunk_size > 0 ? chunk_size : config_.chunk_size;
+  }
+
+  /// Reads `tokens` segment by segment, calling after_segment(start, len) with the segment's
+  /// final activations in ws.x.
+  template <typename AfterSegment>
+  void read(const TokenMatrix& tokens, Form form, Index chunk_size, ModelState<Scalar>& state,
+            Workspace<Scalar>& ws, LogitsMode mode, AfterSegment&& after_segment) const {
+    const Index time = tokens.cols();
+    check_call(tokens, form, state, mode);
+    const Index segment = segment_length(form, time, chunk_size);
+    for (Index start = 0; start < time; start += segment) {
+      const Index len = std::min(segment, time - start);
+      read_segment(tokens.middleCols(start, len), form, state, ws);
+      after_segment(start, len);
+    }
+  }
+
+  /// One segment [batch, len] of every sequence through every layer; leaves x in ws.x.
+  template <typename Tokens>
+  void read_segment(const Tokens& tokens, Form form, ModelState<Scalar>& state,
+                    Workspace<Scalar>& ws) const {
+    embed(tokens, ws);
+    ws.layout.set(tokens.rows(), tokens.cols(), state.positions, config_.key_head_dim());
+    for (size_t l = 0; l < weights_.layers.size(); ++l)
+      decoder_layer(layer_params_, weights_.layers[l], ws.x, ws.layout, form, state.layers[l],
+                    ws.layer);
+    for (auto& p : state.positions) p += tokens.cols();
+  }
+
+  template <typename Tokens>
+  void embed(const Tokens& tokens, Workspace<Scalar>& ws) const {
+    const Index batch = tokens.rows(), len = tokens.cols(), d = config_.embed_dim;
+    const Scalar scale = config_.scale_embedding ? std::sqrt(Scalar(d)) : Scalar(1);
+    ws.x.resize(batch * len, d);
+    for (Index b = 0; b < batch; ++b)
+      for (Index t = 0; t < len; ++t) {
+        weights_.embedding(tokens(b, t), ws.x.row(b * len + t).data());
+        ws.x.row(b * len + t) *= scale;
+      }
+    if (config_.layernorm_embedding) {
+      weights_.embed_norm.apply(ws.x, static_cast<Scalar>(config_.eps), ws.normed);
+      ws.x.swap(ws.normed);
+    }
+  }
+
+  /// The last row of each sequence of the segment in ws.x, as [batch, d].
+  const Matrix<Scalar>& last_rows(Index batch, Index len, Workspace<Scalar>& ws) const {
+    if (len == 1) return ws.x;
+    ws.last_rows.resize(batch, config_.embed_dim);
+    for (Index b = 0; b < batch; ++b) ws.last_rows.row(b) = ws.x.row(b * len + len - 1);
+    return ws.last_rows;
+  }
+
+  /// logits = (norm(x) ⊙ w) Woutᵀ, into an output of x.rows() rows.
+  void project_logits(const Matrix<Scalar>& x, Workspace<Scalar>& ws,
+                      Eigen::Ref<Matrix<Scalar>> logits) const {
+    weights_.final_norm.apply(x, static_cast<Scalar>(config_.eps), ws.normed);
+    linear(ws.normed, weights_.output, logits);
+  }
+
+  void check_call(const TokenMatrix& tokens, Form form, const ModelState<Scalar>& state,
+                  LogitsMode mode) const {
     const Index batch = tokens.rows(), time = tokens.cols();
     check_state(state, batch);
+    RETNET_REQUIRE(time > 0 || mode != LogitsMode::kLast,
+                   "forward: no tokens given, so there is no last position to give logits for");
     for (Index i = 0; i < tokens.size(); ++i)
       RETNET_REQUIRE(tokens.data()[i] >= 0 && tokens.data()[i] < config_.vocab_size,
                      "forward: token id " + std::to_string(tokens.data()[i]) + " is outside [0, " +
                          std::to_string(config_.vocab_size) + ")");
-    if (chunk_size <= 0) chunk_size = config_.chunk_size;
-    const Index segment = form == Form::kParallel    ? std::max<Index>(time, 1)
-                          : form == Form::kRecurrent ? 1
-                                                     : chunk_size;
-    for (Index start = 0; start < time; start += segment) {
-      const Index len = std::min(segment, time - start);
-      run_segment(tokens.middleCols(start, len), form, state);
-      if (mode == LogitsMode::kAll && all_logits && batch == 1 && len > 16) {
-        const auto& w = *weights_;
-        w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
-        linear(scratch_.normed, w.output,
-               Eigen::Ref<Matrix<Scalar>>(all_logits->middleRows(start, len)));
-      } else if (mode == LogitsMode::kAll) {
-        compute_logits(batch, len, false);
-        on_logits(start, len, scratch_.logits);
-      } else if (mode == LogitsMode::kLast && start + len == time) {
-        compute_logits(batch, len, true);  // [batch, vocab]: position time - 1 only
-        on_logits(time - 1, 1, scratch_.logits);
-      }
-    }
-  }
-
-  RetNetModel(const ModelConfig& config, std::shared_ptr<const ModelWeights<Scalar>> weights)
-      : config_(config), weights_(std::move(weights)) {
-    for (const auto& l : weights_->layers) layers_.emplace_back(config_, l);
-  }
-
-  struct Scratch {
-    Matrix<Scalar> x, normed, logits, last_rows;
-    DecoderLayerScratch<Scalar> layer;  // layers run one after another: one set of buffers
-    SequenceLayout<Scalar> layout;
-    TokenMatrix step_tokens;
-  };
-
-  /// One segment [batch, len] of every sequence through every layer; leaves x in scratch.
-  template <typename Tokens>
-  void run_segment(const Tokens& tokens, Form form, ModelState<Scalar>& state) {
-    const Index batch = tokens.rows(), len = tokens.cols(), d = config_.embed_dim;
-    const auto& w = *weights_;
-    const Scalar scale = config_.scale_embedding ? std::sqrt(Scalar(d)) : Scalar(1);
-    auto& x = scratch_.x;
-    x.resize(batch * len, d);
-    for (Index b = 0; b < batch; ++b)
-      for (Index t = 0; t < len; ++t) {
-        w.embedding(tokens(b, t), x.row(b * len + t).data());
-        x.row(b * len + t) *= scale;
-      }
-    const Scalar eps = static_cast<Scalar>(config_.eps);
-    if (config_.layernorm_embedding) {
-      w.embed_norm.apply(x, eps, scratch_.normed);
-      x.swap(scratch_.normed);
-    }
-    scratch_.layout.set(batch, len, state.positions, config_.key_head_dim());
-    // The kernel's chunk is the whole segment: chunkwise segments are exactly one chunk.
-    for (size_t l = 0; l < layers_.size(); ++l)
-      layers_[l].forward(x, scratch_.layout, form, std::max<Index>(len, 1), state.layers[l],
-                         scratch_.layer);
-    for (auto& p : state.positions) p += len;
-  }
-
-  /// Logits of the segment in scratch: every row, or (last_only) the last row of each sequence.
-  void compute_logits(Index batch, Index len, bool last_only) {
-    const auto& w = *weights_;
-    if (last_only && len > 1) {
-      scratch_.last_rows.resize(batch, config_.embed_dim);
-      for (Index b = 0; b < batch; ++b)
-        scratch_.last_rows.row(b) = scratch_.x.row(b * len + len - 1);
-      scratch_.x.swap(scratch_.last_rows);
-    }
-    w.final_norm.apply(scratch_.x, static_cast<Scalar>(config_.eps), scratch_.normed);
-    linear(scratch_.normed, w.output, scratch_.logits);
+    if (form != Form::kParallel) return;  // (the kernel refuses a parallel form that continues)
+    const double score_bytes = double(time) * double(time) * sizeof(Scalar) * num_threads();
+    RETNET_REQUIRE(score_bytes <= kMaxParallelScoreBytes,
+                   "forward: the parallel form would hold " + std::to_string(time) + " x " +
+                       std::to_string(time) + " scores per head and thread (" +
+                       std::to_string(int64_t(score_bytes / (1 << 20))) +
+                       " MiB, limit 4096 MiB); use the chunkwise form for long sequences");
   }
 
   void check_state(const ModelState<Scalar>& state, Index batch) const {
     RETNET_REQUIRE(state.batch() == batch, "forward: state has batch " +
                                                std::to_string(state.batch()) +
                                                ", tokens have batch " + std::to_string(batch));
-    RETNET_REQUIRE(state.layers.size() == layers_.size(),
+    RETNET_REQUIRE(static_cast<int64_t>(state.layers.size()) == config_.layers,
                    "forward: state has " + std::to_string(state.layers.size()) +
-                       " layers, model has " + std::to_string(layers_.size()));
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const auto& dims = state.layers[l].dimensions();
-      RETNET_REQUIRE(
-          dims[0] == batch && dims[1] == config_.heads && dims[2] == config_.key_head_dim() &&
-              dims[3] == layers_[l].retention().state_columns(),
-          "forward: state of layer " + std::to_string(l) + " has shape " +
-              detail::shape_string(dims) + ", expected [" + std::to_string(batch) + ", " +
-              std::to_string(config_.heads) + ", " + std::to_string(config_.key_head_dim()) + ", " +
-              std::to_string(layers_[l].retention().state_columns()) + "]");
-    }
+                       " layers, model has " + std::to_string(config_.layers));
+    const Eigen::DSizes<Index, 4> expected(batch, config_.heads, config_.key_head_dim(),
+                                           state_columns());
+    for (size_t l = 0; l < state.layers.size(); ++l)
+      RETNET_REQUIRE(state.layers[l].dimensions() == expected,
+                     "forward: state of layer " + std::to_string(l) + " has shape " +
+                         detail::shape_string(state.layers[l].dimensions()) + ", expected " +
+                         detail::shape_string(expected));
   }
 
   void check_shapes() const {
-    RETNET_REQUIRE(static_cast<int64_t>(weights_->layers.size()) == config_.layers,
-                   "RetNetModel: weights have " + std::to_string(weights_->layers.size()) +
+    RETNET_REQUIRE(static_cast<int64_t>(weights_.layers.size()) == config_.layers,
+                   "RetNetModel: weights have " + std::to_string(weights_.layers.size()) +
                        " layers, config says " + std::to_string(config_.layers));
-    weights_->visit(
+    weights_.visit(
         config_, [](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
           const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
           RETNET_REQUIRE(t.rows() == rows && t.cols() == cols,
@@ -229,19 +265,18 @@ class RetNetModel {
                              std::to_string(t.cols()) + ", expected " + std::to_string(rows) + "x" +
                              std::to_string(cols));
         });
-    RETNET_REQUIRE(weights_->output.rows() == config_.vocab_size &&
-                       weights_->output.cols() == config_.embed_dim,
-                   "RetNetModel: output projection has the wrong shape");
-    if (config_.tie_embeddings && weights_->embed.size())
-      RETNET_REQUIRE(weights_->embed.rows() == config_.vocab_size &&
-                         weights_->embed.cols() == config_.embed_dim,
-                     "RetNetModel: embedding has the wrong shape");
+    RETNET_REQUIRE(
+        weights_.output.rows() == config_.vocab_size && weights_.output.cols() == config_.embed_dim,
+        "RetNetModel: output projection has the wrong shape");
+    if (config_.tie_embeddings && weights_.embed.size())
+      RETNET_REQUIRE(
+          weights_.embed.rows() == config_.vocab_size && weights_.embed.cols() == config_.embed_dim,
+          "RetNetModel: embedding has the wrong shape");
   }
 
   ModelConfig config_;
-  std::shared_ptr<const ModelWeights<Scalar>> weights_;
-  std::vector<DecoderLayer<Scalar>> layers_;
-  Scratch scratch_;
+  ModelWeights<Scalar> weights_;
+  DecoderLayerParams<Scalar> layer_params_;
 };
 
 }  // namespace retnet

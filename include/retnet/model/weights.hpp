@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "retnet/layers/decoder_layer.hpp"
+#include "retnet/model/config.hpp"
 
 namespace retnet {
 
@@ -43,7 +44,7 @@ struct ModelWeights {
   }
 
   /// Calls f(logical_name, tensor, expected_shape) for every tensor the config asks for, in
-  /// checkpoint naming. The one place that maps RETNET.md names and shapes onto this struct.
+  /// checkpoint naming. The one place that maps checkpoint names and shapes onto this struct.
   template <typename F>
   void visit(const ModelConfig& c, F&& f) {
     visit_impl(*this, c, f);

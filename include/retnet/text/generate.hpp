@@ -13,6 +13,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "retnet/model/retnet_model.hpp"
@@ -46,6 +47,9 @@ struct GenerationState {
   ModelState<Scalar> model;     // has read every token before `pending`
   int32_t pending = 0;          // the next token to read
   std::vector<int32_t> recent;  // tokens so far, for the repetition penalty
+  // How the last prompt (or continuation) was read; not saved.
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0;
 
   void save(std::ostream& out) const {
     model.save(out);
@@ -82,80 +86,97 @@ struct GenerationState {
 /// Called with (sequence index, token, text piece) as text becomes final.
 using TokenCallback = std::function<void(Index, int32_t, const std::string&)>;
 
+/// Reads prompts and generates text with one model. The model is shared (const); a Generator
+/// owns its workspace, so each thread uses its own Generator.
 template <typename Scalar>
 class Generator {
  public:
-  Generator(RetNetModel<Scalar>& model, const Tokenizer& tokenizer)
+  Generator(const RetNetModel<Scalar>& model, const Tokenizer& tokenizer)
       : model_(model), tokenizer_(tokenizer) {}
 
-  /// Reads all but the last prompt token (chunkwise by default) and returns the state that
-  /// decoding starts from.
-  GenerationState<Scalar> prefill(const std::vector<int32_t>& prompt,
-                                  const GenerationParams& params) {
-    RETNET_REQUIRE(!prompt.empty(), "generate: the prompt must have at least one token");
-    GenerationState<Scalar> g;
-    g.model = model_.new_state(1);
-    const Index n = static_cast<Index>(prompt.size()) - 1;
-    const TokenMatrix head = Eigen::Map<const TokenMatrix>(prompt.data(), 1, n);
-    if (n > 0)
-      model_.forward_segments(
-          head, params.prompt_form, params.chunk_size, g.model,
-          [](Index, Index, const Matrix<Scalar>&) {}, LogitsMode::kNone);
-    g.pending = prompt.back();
-    g.recent = prompt;
+  /// Encodes `prompt` and reads all but its last token (chunkwise by default): the state that
+  /// decoding starts from, with the time it took.
+  GenerationState<Scalar> read_prompt(std::string_view prompt, const GenerationParams& params) {
+    const auto t0 = std::chrono::steady_clock::now();
+    GenerationState<Scalar> g = prefill(tokenizer_.encode(prompt), params);
+    g.prompt_seconds = seconds_since(t0);
     return g;
   }
 
-  /// Appends `tokens` to a generation (e.g. one loaded from a file): the pending token and all
-  /// but the last new token are read in the prompt form; the last one becomes pending.
+  /// Appends `text` to a generation (one loaded from a file, say), timed like read_prompt.
+  void continue_with(GenerationState<Scalar>& g, std::string_view text,
+                     const GenerationParams& params) {
+    const auto t0 = std::chrono::steady_clock::now();
+    extend(g, tokenizer_.encode(text), params);
+    g.prompt_seconds = seconds_since(t0);
+  }
+
+  /// As read_prompt, from token ids.
+  GenerationState<Scalar> prefill(const std::vector<int32_t>& prompt,
+                                  const GenerationParams& params) {
+    RETNET_REQUIRE(!prompt.empty(), "generate: the prompt is empty (0 tokens)");
+    GenerationState<Scalar> g;
+    g.model = model_.new_state(1);
+    g.pending = prompt.front();
+    extend(g, std::vector<int32_t>(prompt.begin() + 1, prompt.end()), params);
+    g.recent = prompt;
+    g.prompt_tokens = static_cast<int64_t>(prompt.size());
+    return g;
+  }
+
+  /// As continue_with, from token ids: the pending token and all but the last new token are
+  /// read in the prompt form (chunkwise when that is parallel and the state is not fresh); the
+  /// last one becomes pending.
   void extend(GenerationState<Scalar>& g, const std::vector<int32_t>& tokens,
               const GenerationParams& params) {
+    g.prompt_tokens = static_cast<int64_t>(tokens.size());
     if (tokens.empty()) return;
     std::vector<int32_t> ids{g.pending};
     ids.insert(ids.end(), tokens.begin(), tokens.end() - 1);
     const TokenMatrix m = Eigen::Map<const TokenMatrix>(ids.data(), 1, Index(ids.size()));
-    const Form form = params.prompt_form == Form::kParallel ? Form::kChunkwise : params.prompt_form;
+    const bool fresh = g.model.positions.at(0) == 0;
+    const Form form =
+        params.prompt_form == Form::kParallel && !fresh ? Form::kChunkwise : params.prompt_form;
     model_.forward_segments(
-        m, form, params.chunk_size, g.model, [](Index, Index, const Matrix<Scalar>&) {},
+        m, form, params.chunk_size, g.model, workspace_, [](Index, Index, const Matrix<Scalar>&) {},
         LogitsMode::kNone);
     g.pending = tokens.back();
     g.recent.insert(g.recent.end(), tokens.begin(), tokens.end());
   }
 
   /// Generates from one prompt.
-  GenerationResult generate(const std::string& prompt, const GenerationParams& params,
+  GenerationResult generate(std::string_view prompt, const GenerationParams& params,
                             const TokenCallback& on_token = {}) {
-    return std::move(generate_batch({prompt}, params, on_token).front());
+    return std::move(generate_batch({std::string(prompt)}, params, on_token).front());
   }
 
-  /// Generates from several prompts of any lengths: each prompt is prefilled on its own, then
-  /// all are decoded together, one batched step per token.
+  /// Generates from several prompts of any lengths: each prompt is read on its own, then all
+  /// are decoded together, one batched step per token.
   std::vector<GenerationResult> generate_batch(const std::vector<std::string>& prompts,
                                                const GenerationParams& params,
                                                const TokenCallback& on_token = {}) {
     RETNET_REQUIRE(!prompts.empty(), "generate: no prompts given");
-    const auto t0 = std::chrono::steady_clock::now();
     std::vector<GenerationState<Scalar>> states;
-    std::vector<int64_t> prompt_tokens;
-    for (const auto& p : prompts) {
-      const auto ids = tokenizer_.encode(p);
-      prompt_tokens.push_back(static_cast<int64_t>(ids.size()));
-      states.push_back(prefill(ids, params));
-    }
-    const double prompt_seconds = seconds_since(t0);
-    auto results = decode(states, params, on_token);
-    for (size_t b = 0; b < results.size(); ++b) {
-      results[b].prompt_tokens = prompt_tokens[b];
-      results[b].prompt_seconds = prompt_seconds;
-    }
-    return results;
+    for (const auto& p : prompts) states.push_back(read_prompt(p, params));
+    return decode(states, params, on_token);
   }
 
-  /// Decodes from prepared states (e.g. loaded from a file), one batched step per token.
+  /// Decodes one prepared state; `state` is left where the generation stopped.
+  GenerationResult decode(GenerationState<Scalar>& state, const GenerationParams& params,
+                          const TokenCallback& on_token = {}) {
+    std::vector<GenerationState<Scalar>> states{std::move(state)};
+    auto results = decode(states, params, on_token);
+    state = std::move(states.front());
+    return std::move(results.front());
+  }
+
+  /// Decodes prepared states (e.g. loaded from a file), one batched step per token. Sequence b
+  /// samples with seed + b. Each state is left where its generation stopped.
   std::vector<GenerationResult> decode(std::vector<GenerationState<Scalar>>& states,
                                        const GenerationParams& params,
                                        const TokenCallback& on_token = {}) {
     params.sampler.validate();
+    RETNET_REQUIRE(!states.empty(), "generate: no sequences to decode");
     const Index batch = static_cast<Index>(states.size());
     std::vector<ModelState<Scalar>> parts;
     for (auto& s : states) parts.push_back(s.model);
@@ -169,16 +190,17 @@ class Generator {
       sp.seed += static_cast<uint64_t>(b);  // independent streams, reproducible per sequence
       samplers.emplace_back(sp);
       next[b] = states[b].pending;
+      results[b].prompt_tokens = states[b].prompt_tokens;
+      results[b].prompt_seconds = states[b].prompt_seconds;
     }
-    Matrix<Scalar> logits;
     std::vector<float> row(static_cast<size_t>(model_.config().vocab_size));
     const auto t0 = std::chrono::steady_clock::now();
     Index running = batch;
     for (int64_t produced = 0; produced < params.max_new_tokens && running > 0; ++produced) {
-      model_.step(next, state, logits);
+      model_.step(next, state, workspace_, logits_);
       for (Index b = 0; b < batch; ++b) {
         if (streams[b].done) continue;
-        for (Index i = 0; i < logits.cols(); ++i) row[i] = static_cast<float>(logits(b, i));
+        for (Index i = 0; i < logits_.cols(); ++i) row[i] = static_cast<float>(logits_(b, i));
         const int32_t token =
             samplers[b].sample(row.data(), static_cast<int64_t>(row.size()), states[b].recent);
         states[b].recent.push_back(token);
@@ -236,11 +258,25 @@ class Generator {
           hold = k;
           break;
         }
-    const size_t ready = s.text.size() - hold;
+    const size_t ready = complete_utf8_prefix(s.text, s.text.size() - hold);
     if (ready > s.emitted && on_token)
       on_token(b, token, s.text.substr(s.emitted, ready - s.emitted));
     s.emitted = std::max(s.emitted, ready);
     return false;
+  }
+
+  /// The largest n <= end such that text[0, n) does not end inside a UTF-8 character that the
+  /// next tokens may complete: a streamed piece never splits a character. Bytes that cannot
+  /// start or continue a valid sequence are passed through as they are.
+  static size_t complete_utf8_prefix(const std::string& text, size_t end) {
+    // Look back at most 3 bytes for the lead byte of the last character.
+    for (size_t back = 1; back <= 3 && back <= end; ++back) {
+      const auto c = static_cast<unsigned char>(text[end - back]);
+      if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+      const size_t length = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 1;
+      return c >= 0xC2 && c <= 0xF4 && length > back ? end - back : end;
+    }
+    return end;
   }
 
   static void finish(Index b, Stream& s, GenerationResult& r, StopReason reason,
@@ -257,8 +293,10 @@ class Generator {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  RetNetModel<Scalar>& model_;
+  const RetNetModel<Scalar>& model_;
   const Tokenizer& tokenizer_;
+  Workspace<Scalar> workspace_;
+  Matrix<Scalar> logits_;
 };
 
 }  // namespace retnet

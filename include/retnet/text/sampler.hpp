@@ -23,6 +23,10 @@ struct SamplerParams {
   int repeat_last_n = 64;       // how many of the most recent tokens are penalised; 0 = off
   uint64_t seed = 0;
 
+  /// The penalty divides or multiplies logits: far outside this range it turns them into 0 or
+  /// inf, which is no longer a preference between tokens.
+  static constexpr float kMinRepeatPenalty = 1e-3f, kMaxRepeatPenalty = 1e3f;
+
   /// Throws InvalidArgument naming the first invalid field.
   void validate() const {
     RETNET_REQUIRE(
@@ -33,8 +37,8 @@ struct SamplerParams {
     // Written so that NaN fails too.
     RETNET_REQUIRE(top_p > 0.0f && top_p <= 1.0f,
                    "SamplerParams: top_p must be in (0, 1], got " + std::to_string(top_p));
-    RETNET_REQUIRE(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f,
-                   "SamplerParams: repeat_penalty must be finite and > 0, got " +
+    RETNET_REQUIRE(repeat_penalty >= kMinRepeatPenalty && repeat_penalty <= kMaxRepeatPenalty,
+                   "SamplerParams: repeat_penalty must be in [0.001, 1000], got " +
                        std::to_string(repeat_penalty));
     RETNET_REQUIRE(repeat_last_n >= 0, "SamplerParams: repeat_last_n must be >= 0 (0 = off), got " +
                                            std::to_string(repeat_last_n));
@@ -242,6 +246,12 @@ class Sampler {
       seen_[id] = 1;
       float& x = work_[id];
       x = x > 0.0f ? x / params_.repeat_penalty : x * params_.repeat_penalty;
+      if (x == std::numeric_limits<float>::infinity()) {
+        for (auto jt = begin; jt != recent.end(); ++jt) seen_[*jt] = 0;
+        throw InvalidArgument("Sampler: logit " + std::to_string(id) +
+                              " overflows to +inf under repeat_penalty " +
+                              std::to_string(params_.repeat_penalty));
+      }
     }
     for (auto it = begin; it != recent.end(); ++it) seen_[*it] = 0;
   }

@@ -1,35 +1,14 @@
-// Row-wise building blocks shared by the layers. Activations are row-major [rows, features]
-// matrices, one row per (batch entry, position).
+// RMSNorm and LayerNorm over the last dimension (docs/NUMERICS.md#decoder). Activations are
+// row-major [rows, features] matrices, one row per (batch entry, position).
 #pragma once
 
 #include <cmath>
 
 #include "retnet/core/tensor.hpp"
-#include "retnet/model/config.hpp"
 
 namespace retnet {
 
-template <typename Scalar>
-Scalar swish(Scalar x) {
-  return x / (Scalar(1) + std::exp(-x));
-}
-
-/// Exact (erf) GELU, as torch.nn.functional.gelu.
-template <typename Scalar>
-Scalar gelu(Scalar x) {
-  return Scalar(0.5) * x * (Scalar(1) + std::erf(x / std::sqrt(Scalar(2))));
-}
-
-template <typename Scalar>
-void activate(Activation kind, Eigen::Ref<Matrix<Scalar>> x) {
-  Scalar* p = x.data();
-  const Index n = x.size();
-  if (kind == Activation::kSwish) {
-    for (Index i = 0; i < n; ++i) p[i] = swish(p[i]);
-  } else {
-    for (Index i = 0; i < n; ++i) p[i] = gelu(p[i]);
-  }
-}
+enum class NormKind { kRMSNorm, kLayerNorm };
 
 /// Normalises `n` contiguous values in place, without weight:
 ///   RMSNorm:   x / sqrt(mean(x²) + eps)
@@ -41,7 +20,7 @@ void normalize(NormKind kind, Scalar eps, Scalar* x, Index n) {
   v *= Scalar(1) / std::sqrt(v.squaredNorm() / Scalar(n) + eps);
 }
 
-/// A decoder norm with its learned weight (and bias, for LayerNorm).
+/// A norm with its learned weight (and bias, for LayerNorm).
 template <typename Scalar>
 struct Norm {
   NormKind kind = NormKind::kRMSNorm;
