@@ -1,4 +1,5 @@
-// Chunkwise form of retention (RETNET.md): parallel inside a chunk, recurrent across chunks.
+// Chunkwise form of retention (docs/NUMERICS.md#retention): parallel inside a chunk, recurrent
+// across chunks.
 // For a chunk starting at s with length len, j = n - s, and S the state after position s-1:
 //     o_n = sum_{s<=m<=n} gamma^(n-m) (q_n · k_m) v_m  +  gamma^(j+1) q_n S
 //     S'  = gamma^len S + sum_{m in chunk} gamma^(s+len-1-m) k_mᵀ v_m

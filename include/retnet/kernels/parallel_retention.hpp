@@ -1,4 +1,5 @@
-// Parallel form of retention (RETNET.md):  O = (Q Kᵀ ⊙ D) V,  D[n][m] = gamma^(n-m) for n >= m.
+// Parallel form of retention (docs/NUMERICS.md#retention):
+//     O = (Q Kᵀ ⊙ D) V,  D[n][m] = gamma^(n-m) for n >= m.
 // O(T²) time and memory per head; the form for training-style passes and short prompts.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Recurrent form of retention (RETNET.md):
+// Recurrent form of retention (docs/NUMERICS.md#retention):
 //     S_n = gamma S_{n-1} + k_nᵀ v_n,     o_n = q_n S_n,     S_{-1} = initial state (or 0).
 // O(1) time and memory per token: the form for generating one token at a time.
 #pragma once

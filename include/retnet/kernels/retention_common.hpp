@@ -25,7 +25,7 @@ using RetentionState = Tensor4<Scalar>;
 template <typename Scalar>
 using Tensor3 = Eigen::Tensor<Scalar, 3, Eigen::RowMajor>;
 
-/// The per-head decays of RETNET.md: gamma_h = 1 - 2^(-5-h).
+/// The per-head decays of docs/NUMERICS.md#retention: gamma_h = 1 - 2^(-5-h).
 template <typename Scalar>
 std::vector<Scalar> default_decays(Index heads) {
   std::vector<Scalar> decays(static_cast<size_t>(heads));

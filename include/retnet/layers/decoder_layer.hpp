@@ -1,4 +1,4 @@
-// One decoder layer (RETNET.md, "Decoder"), pre-norm residual:
+// One decoder layer (docs/NUMERICS.md#decoder), pre-norm residual:
 //     x = x + MSR(norm(x) ⊙ w_retention_layer_norm)
 //     x = x + FFN(norm(x) ⊙ w_final_layer_norm)
 #pragma once

@@ -1,4 +1,4 @@
-// Feed-forward block (RETNET.md, "Decoder"), two kinds:
+// Feed-forward block (docs/NUMERICS.md#feed-forward), two kinds:
 //   GLU (torchscale, HF use_glu: true):  fc2(act(fc1 x) ⊙ gate x), no biases
 //   plain (HF use_glu: false, the paper): fc2(sub_ln(act(fc1 x + b1))) + b2, sub_ln only with subln
 #pragma once

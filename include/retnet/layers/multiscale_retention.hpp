@@ -1,4 +1,4 @@
-// Multi-scale retention (MSR) block, RETNET.md:
+// Multi-scale retention (MSR) block, docs/NUMERICS.md#multi-scale-retention:
 //     Q = X Wqᵀ,  K = X Wkᵀ · dk^-0.5,  V = X Wvᵀ,  G = X Wgᵀ
 //     rotate q_n, k_n by position;  O_h = retention_h(Q_h, K_h, V_h) with decay gamma_h
 //     O_h = norm(O_h) per token and head;  Y = (swish(G) ⊙ concat_h O_h) Woᵀ
@@ -62,6 +62,7 @@ struct RetentionScratch {
 /// The state has dv + 1 columns per head: V gets a column of ones, so that the retention of
 /// that column, sum_m gamma^(n-m) q_n·k_m, is the row sum that torchscale's parallel form
 /// divides by (below); it rides through every form and across chunks for free.
+/// See docs/NUMERICS.md#scale-factors.
 template <typename Scalar>
 class MultiScaleRetention {
  public:

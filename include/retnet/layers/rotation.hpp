@@ -1,4 +1,5 @@
-// Rotation ("theta shift") of each head's queries and keys (RETNET.md, MSR block):
+// Rotation ("theta shift") of each head's queries and keys
+// (docs/NUMERICS.md#multi-scale-retention):
 // the pair (2i, 2i+1) at position n turns by n·angle_i, angle_i = 1 / 10000^(i / (dk/2 - 1)).
 // The angles are those of torch.linspace(0, 1, dk/2); computed in double for every Scalar.
 #pragma once

@@ -1,8 +1,9 @@
-// A full RetNet decoder (RETNET.md, "Decoder"):
+// A full RetNet decoder (docs/NUMERICS.md#decoder):
 //     x = E[token] · (sqrt(d) if scale_embedding);  x = norm(x) ⊙ w_emb if layernorm_embedding
 //     x = layer_i(x) for each layer
 //     logits = (norm(x) ⊙ w_layer_norm) Woutᵀ            (Wout = E when tied)
-// Every form reads a sequence in segments and runs each segment through all layers:
+// Every form reads a sequence in segments and runs each segment through all layers
+// (docs/NUMERICS.md#segments):
 // parallel = one segment of the whole sequence, chunkwise = segments of `chunk_size`,
 // recurrent = segments of one token. Memory is bounded by the segment, not the sequence.
 #pragma once
