@@ -20,7 +20,7 @@ alternately, A B A B, for --rounds rounds at each thread count, and each side ke
 round: on a shared machine whose speed drifts over minutes, pairs side by side compare like
 with like.
 
-The PyTorch side is a RetNet decoder written here (RETNET.md, torchscale's op structure):
+The PyTorch side is a RetNet decoder written here (docs/NUMERICS.md, torchscale's op structure):
 RMSNorm, multi-scale retention with q/k/v/g projections, rotation ("theta shift"), per-head
 decay masks with torchscale's normalisation, a per-head RMS group norm, swish gate, GLU FFN,
 and three forms: parallel (all positions at once), chunkwise (inner-chunk parallel, cross-chunk
@@ -37,8 +37,10 @@ chunkwise inner/cross scales), which the group norm cancels only up to its eps.
 
 Before measuring, the three PyTorch forms are checked against each other (max relative
 difference of logits and of the decoded logits after each form's state hand-off), against
-the torchscale fixture (../shared/fixtures/torchscale-tiny) and against the NumPy reference
-(../shared/reference/retnet_ref.py) on a tiny random config saved as safetensors.
+the torchscale fixture (torchscale-tiny, the same files as tests/data/torchscale-tiny) and
+against the NumPy reference of docs/NUMERICS.md (retnet_ref.py) on a tiny random config saved
+as safetensors. Both are looked up outside the repository (SHARED below); a check whose files
+are absent is skipped.
 
 Run with Debian's python (torch, numpy):
 
@@ -86,11 +88,11 @@ SIZES = {
 
 
 # =============================================================================================
-# The PyTorch RetNet (RETNET.md with torchscale's op structure; written here, not copied)
+# The PyTorch RetNet (docs/NUMERICS.md with torchscale's op structure; written here, not copied)
 # =============================================================================================
 
 class Config:
-    """The RETNET.md config keys this model uses, with torchscale's defaults."""
+    """The docs/NUMERICS.md config keys this model uses, with torchscale's defaults."""
 
     def __init__(self, c):
         self.vocab = c["vocab_size"]
@@ -222,7 +224,8 @@ class RelPos:
 
 class State:
     """Per layer (kv [b,H,dk,dv], scale [H]) in the recurrent form's normalisation
-    (kv = S / sqrt(scale), S the pure state of RETNET.md), plus the tokens consumed."""
+    (kv = S / sqrt(scale), S the pure state of docs/NUMERICS.md#retention), plus the tokens
+    consumed."""
 
     def __init__(self, layers, position):
         self.layers, self.position = layers, position

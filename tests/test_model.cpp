@@ -58,7 +58,8 @@ TEST(TorchscaleFixture, DoubleModelMatchesToo) {
   EXPECT_LE(relative_error(model.forward(fixture_tokens(), Form::kChunkwise, 5), expected), 1e-5);
 }
 
-// Fixtures made by tests/data/make_reference_fixtures.py with the NumPy reference of RETNET.md:
+// Fixtures made by tests/data/make_reference_fixtures.py with the NumPy reference of
+// docs/NUMERICS.md:
 // HF names + F16 + tied embeddings + layernorm_embedding + embedding scale + gelu, and fairseq
 // names + BF16 + swish + 4 heads. Logits are stored as float32, hence 1e-6 even in double.
 class ReferenceFixture : public ::testing::TestWithParam<std::string> {};

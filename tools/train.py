@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Train, evaluate, verify and sample a small byte-level RetNet (the function of docs/RETNET.md).
+"""Train, evaluate, verify and sample a small byte-level RetNet (the function of docs/NUMERICS.md).
 
-Written from docs/RETNET.md (RMSNorm variant, GLU FFN, no_scale_embedding, untied lm_head).
+Written from docs/NUMERICS.md (RMSNorm variant, GLU FFN, no_scale_embedding, untied lm_head).
 Pure PyTorch on the CPU. Run with Debian's interpreter, which has torch:
 
     /usr/bin/python3 tools/train.py train  --out models/shakespeare      # train + export
@@ -9,8 +9,8 @@ Pure PyTorch on the CPU. Run with Debian's interpreter, which has torch:
     /usr/bin/python3 tools/train.py check  models/shakespeare             # parallel = chunkwise = recurrent
     /usr/bin/python3 tools/train.py sample models/shakespeare --prompt "ROMEO:"
 
-Retention is computed in chunks with the state carried between them (docs/RETNET.md,
-"chunkwise"), including torchscale's scale factors: row n of the normalized decay is divided
+Retention is computed in chunks with the state carried between them
+(docs/NUMERICS.md#retention, "chunkwise"), including torchscale's scale factors: row n of the normalized decay is divided
 by sqrt(c_n), c_n = sum_{i<=n} gamma^(n-i) = (1 - gamma^(n+1)) / (1 - gamma), and row n of
 (Q K^T * D) by clamp(|row sum|, 1, 5e4). The row sums are themselves a retention with v = 1,
 so every head carries, next to its dk x dv state S, a dk-vector z (z_n = gamma z_{n-1} + k_n).

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Makes the NumPy-reference fixtures in tests/data (run from the repository root):
 
-    /usr/bin/python3 tests/data/make_reference_fixtures.py ../shared/reference/retnet_ref.py
+    /usr/bin/python3 tests/data/make_reference_fixtures.py PATH/TO/retnet_ref.py
 
-Each fixture is a random model written with another naming/dtype convention than
-torchscale-tiny, plus the logits of ../shared/reference/retnet_ref.py (float64 NumPy reading
-of RETNET.md) for two token sequences. Queries and keys get large weights so that
-torchscale's row-sum clamp (|row sum| > 1) is active; its effect on the logits is small
-(about 1e-6 relative here) because the per-head norm cancels it up to eps.
+retnet_ref.py is the project's float64 NumPy reading of docs/NUMERICS.md; it is not part of
+this repository. Each fixture is a random model written with another naming/dtype convention
+than torchscale-tiny, plus the reference's logits for two token sequences. Queries and keys
+get large weights so that torchscale's row-sum clamp (|row sum| > 1) is active; its effect on
+the logits is small (about 1e-6 relative here) because the per-head norm cancels it up to eps.
 """
 import importlib.util, json, os, struct, sys
 import numpy as np

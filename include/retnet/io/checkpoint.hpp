@@ -1,5 +1,6 @@
-// Access to the weights of a model folder (docs/NUMERICS.md#tensor-names): a single
-// `model.safetensors` or the shards listed by `model.safetensors.index.json`.
+// Access to the weights of a model folder (names: docs/NUMERICS.md#tensor-names; file rules:
+// docs/FORMATS.md#safetensors): a single `model.safetensors` or the shards listed by
+// `model.safetensors.index.json`.
 //
 // Callers use logical tensor names (without the torchscale / fairseq / HF prefix); the
 // reader resolves them, checks shapes, and remembers what was read so that a checkpoint

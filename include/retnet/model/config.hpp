@@ -1,6 +1,6 @@
 // Model hyper-parameters, read from a torchscale / HF RetNet `config.json`.
-// Keys and defaults: docs/NUMERICS.md#config-keys; defaults where a key is absent are
-// torchscale's RetNetConfig.
+// Keys and defaults: docs/NUMERICS.md#config-keys. Most defaults where a key is absent are
+// torchscale's RetNetConfig; that table names the two that are not (subln, recurrent_chunk_size).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// All parameters of a RetNet decoder, with the shapes of RETNET.md ("Checkpoint layout").
+// All parameters of a RetNet decoder, with the shapes of docs/NUMERICS.md#tensor-names.
 #pragma once
 
 #include <algorithm>
@@ -44,7 +44,8 @@ struct ModelWeights {
   }
 
   /// Calls f(logical_name, tensor, expected_shape) for every tensor the config asks for, in
-  /// checkpoint naming. The one place that maps checkpoint names and shapes onto this struct.
+  /// checkpoint naming. The one place that maps the names and shapes of
+  /// docs/NUMERICS.md#tensor-names onto this struct.
   template <typename F>
   void visit(const ModelConfig& c, F&& f) {
     visit_impl(*this, c, f);
