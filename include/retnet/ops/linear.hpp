@@ -17,9 +17,8 @@ namespace retnet {
 /// with the last panel padded by zero rows. A product reads a panel front to back (one sequential
 /// stream per thread, which the hardware prefetcher follows) and turns each input value x[i, q]
 /// into 48 multiply-adds against one panel row: the 48 outputs stay in SIMD registers, with no
-/// horizontal sums. With W in PyTorch's row-major layout a decode step had to sum every output
-/// across SIMD lanes and read several rows of W at once (benchmarks/bench_kernels.cpp,
-/// BM_DecodeProduct, and docs/PERFORMANCE.md).
+/// horizontal sums, where PyTorch's row-major layout needs a sum across SIMD lanes per output
+/// (benchmarks/bench_kernels.cpp compares the two: BM_DecodeProduct).
 template <typename Scalar>
 class LinearWeight {
  public:
@@ -200,9 +199,8 @@ Index panel_edge(const LinearWeight<Scalar>& w, Index threads, Index t) {
 
 /// y_i = x W_iᵀ for i < count (weight_of(i) is W_i, output_of(i) is y_i, already shaped): each
 /// thread computes its share of the panels of every product in turn, in one parallel region, so
-/// W is read once in all and the threads meet once whatever the count (a decode step spent 18 %
-/// of its time with one thread waiting for the other at the end of a product when each product
-/// had its own region).
+/// W is read once in all and the threads meet once whatever the count: at decode sizes a region
+/// per product leaves one thread waiting at the end of each.
 template <typename Scalar, typename WeightOf, typename OutputOf>
 void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of,
                      OutputOf output_of) {
