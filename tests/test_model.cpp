@@ -337,3 +337,26 @@ TEST(RandomModels, DirectLogitsPathAgreesWithTheSegmentPath) {
   EXPECT_LE(relative_error(model.forward(tokens, Form::kParallel), recurrent), 1e-10);
   EXPECT_LE(relative_error(model.forward(tokens, Form::kChunkwise, 20), recurrent), 1e-10);
 }
+
+// Sizes from user input are checked against the machine's memory before anything is allocated.
+TEST(ModelArguments, RefusesSizesBeyondMemoryBeforeAllocating) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  try {
+    model.new_state(Index(1) << 40);
+    FAIL() << "a state of batch 2^40 was allocated";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("a state of batch 1099511627776 needs"), std::string::npos)
+        << e.what();
+  }
+  ModelConfig huge = c;
+  huge.layers = 4000, huge.embed_dim = 1 << 16, huge.value_embed_dim = 1 << 16;
+  huge.ffn_dim = 1 << 16;  // about 200 TB of weights
+  try {
+    ModelWeights<float>::random(huge, 1);
+    FAIL() << "200 TB of weights were allocated";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the weights of this config needs"), std::string::npos)
+        << e.what();
+  }
+}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/memory.hpp"
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
 #include "retnet/io/checkpoint.hpp"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "retnet/core/error.hpp"
 #include "retnet/ops/activation.hpp"
@@ -48,6 +49,19 @@ struct ModelConfig {
     positive(ffn_dim, "decoder_ffn_embed_dim");
     positive(layers, "decoder_layers");
     positive(chunk_size, "recurrent_chunk_size");
+    // Bounds far above any published model, so that products of sizes stay exact in int64.
+    const auto at_most = [](int64_t v, int64_t limit, const char* key) {
+      if (v > limit)
+        throw FormatError(std::string("config: ") + key + " = " + std::to_string(v) +
+                          " is above the supported " + std::to_string(limit));
+    };
+    at_most(vocab_size, int64_t(1) << 31, "vocab_size");
+    for (const auto& [v, key] : {std::pair<int64_t, const char*>{embed_dim, "decoder_embed_dim"},
+                                 {value_embed_dim, "decoder_value_embed_dim"},
+                                 {ffn_dim, "decoder_ffn_embed_dim"}})
+      at_most(v, int64_t(1) << 20, key);
+    at_most(heads, 4096, "decoder_retention_heads");
+    at_most(layers, 4096, "decoder_layers");
     if (embed_dim % heads != 0)
       throw FormatError("config: decoder_embed_dim " + std::to_string(embed_dim) +
                         " is not divisible by decoder_retention_heads " + std::to_string(heads));

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "retnet/core/memory.hpp"
 #include "retnet/model/state.hpp"
 #include "retnet/model/weights.hpp"
 
@@ -58,6 +59,10 @@ class RetNetModel {
   /// A zero state for `batch` sequences at position 0.
   ModelState<Scalar> new_state(Index batch) const {
     RETNET_REQUIRE(batch >= 1, "new_state: batch must be >= 1, found " + std::to_string(batch));
+    require_fits_in_memory(double(batch) * double(config_.layers) * double(config_.heads) *
+                               double(config_.key_head_dim()) * double(state_columns()) *
+                               sizeof(Scalar),
+                           "a state of batch " + std::to_string(batch));
     ModelState<Scalar> s;
     s.positions.assign(static_cast<size_t>(batch), 0);
     s.layers.reserve(static_cast<size_t>(config_.layers));  // Eigen tensors copy when moved
@@ -100,7 +105,11 @@ class RetNetModel {
                Workspace<Scalar>& ws, Matrix<Scalar>& logits,
                LogitsMode mode = LogitsMode::kAll) const {
     const Index batch = tokens.rows(), time = tokens.cols(), vocab = config_.vocab_size;
-    if (mode == LogitsMode::kAll) logits.resize(batch * time, vocab);
+    if (mode == LogitsMode::kAll) {
+      require_fits_in_memory(double(batch) * double(time) * double(vocab) * sizeof(Scalar),
+                             "the logits of " + std::to_string(batch * time) + " tokens");
+      logits.resize(batch * time, vocab);
+    }
     if (mode == LogitsMode::kLast) logits.resize(batch, vocab);
     read(tokens, form, chunk_size, state, ws, mode, [&](Index start, Index len) {
       if (mode == LogitsMode::kAll && batch == 1) {
@@ -168,6 +177,14 @@ class RetNetModel {
     const Index time = tokens.cols();
     check_call(tokens, form, state, mode);
     const Index segment = segment_length(form, time, chunk_size);
+    // A segment holds a few activation rows per token, and its logits unless there are none.
+    const int64_t widest = std::max({config_.embed_dim, config_.value_embed_dim, config_.ffn_dim});
+    require_fits_in_memory(
+        double(tokens.rows()) * double(std::min(segment, time)) *
+            (8.0 * double(widest) + (mode == LogitsMode::kAll ? double(config_.vocab_size) : 0.0)) *
+            sizeof(Scalar),
+        "a segment of " + std::to_string(tokens.rows()) + " x " +
+            std::to_string(std::min(segment, time)) + " tokens");
     for (Index start = 0; start < time; start += segment) {
       const Index len = std::min(segment, time - start);
       read_segment(tokens.middleCols(start, len), form, state, ws);

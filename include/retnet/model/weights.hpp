@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "retnet/core/memory.hpp"
 #include "retnet/layers/decoder_layer.hpp"
 #include "retnet/model/config.hpp"
 
@@ -86,8 +87,25 @@ struct ModelWeights {
     }
   }
 
-  /// Gives every tensor the shape the config asks for (contents undefined).
+  /// Bytes of every tensor the config asks for, counted from the shapes alone (in double, so
+  /// that hostile sizes cannot overflow): what allocate() would take.
+  static double bytes_for(const ModelConfig& c) {
+    ModelWeights shapes;  // empty tensors: only the layer list is allocated
+    shapes.layers.resize(static_cast<size_t>(c.layers));
+    double elements = 0;
+    shapes.visit(c, [&](const std::string&, const auto&, const std::vector<int64_t>& shape) {
+      double n = 1;
+      for (int64_t extent : shape) n *= double(extent);
+      elements += n;
+    });
+    return elements * sizeof(Scalar);
+  }
+
+  /// Gives every tensor the shape the config asks for (contents undefined), after checking
+  /// that they fit in memory.
   void allocate(const ModelConfig& c) {
+    c.validate();
+    require_fits_in_memory(bytes_for(c), "the weights of this config");
     layers.resize(static_cast<size_t>(c.layers));
     visit(c, [](const std::string&, auto& t, const std::vector<int64_t>& shape) {
       if (shape.size() == 2)
