@@ -360,3 +360,17 @@ TEST(ModelArguments, RefusesSizesBeyondMemoryBeforeAllocating) {
         << e.what();
   }
 }
+
+// kLast with no tokens has no last position: refused instead of returning unwritten logits.
+TEST(ModelArguments, LastLogitsOfNoTokensAreRefused) {
+  ModelConfig c = variants()[0].config;
+  RetNetModel<float> model(c, ModelWeights<float>::random(c, 3));
+  auto state = model.new_state(1);
+  Workspace<float> ws;
+  Matrix<float> logits;
+  EXPECT_THROW(
+      model.forward(TokenMatrix(1, 0), Form::kChunkwise, 4, state, ws, logits, LogitsMode::kLast),
+      InvalidArgument);
+  model.forward(TokenMatrix(1, 0), Form::kChunkwise, 4, state, ws, logits, LogitsMode::kAll);
+  EXPECT_EQ(logits.rows(), 0);
+}

@@ -452,3 +452,17 @@ TEST(SamplerTest, SampleDoesNotAllocateOnceWarm) {
 }
 
 }  // namespace
+
+// A penalty far below 1 divides positive logits into +inf: refused when the parameters are
+// checked, and a logit the penalty still overflows is refused, not sampled as garbage.
+TEST(SamplerArguments, RepeatPenaltyIsBoundedAndOverflowIsRefused) {
+  SamplerParams tiny;
+  tiny.repeat_penalty = 1e-40f;
+  EXPECT_THROW(tiny.validate(), retnet::InvalidArgument);
+  SamplerParams low;
+  low.repeat_penalty = SamplerParams::kMinRepeatPenalty;
+  Sampler sampler(low);
+  const std::vector<float> logits = {1.0f, 3e38f, 2.0f};
+  EXPECT_THROW(sampler.sample(logits.data(), 3, {1}), retnet::InvalidArgument);
+  EXPECT_EQ(sampler.sample(logits.data(), 3, {0}), 1);  // token 1 not penalised: fine
+}
