@@ -18,12 +18,15 @@ inline double physical_memory_bytes() {
   return pages > 0 && page_size > 0 ? double(pages) * double(page_size) : double(int64_t(1) << 40);
 }
 
-/// Throws InvalidArgument "`what` needs N MiB, more than this machine's M MiB of memory" when
-/// `bytes` (computed in double, so that it cannot overflow) exceeds physical memory.
-inline void require_fits_in_memory(double bytes, const std::string& what) {
+/// Throws InvalidArgument "what() needs N MiB, more than this machine's M MiB of memory" when
+/// `bytes` (computed in double, so that it cannot overflow) exceeds physical memory. `what` is
+/// called only then, so that a check on the decoding path allocates nothing.
+template <typename What>
+void require_fits_in_memory(double bytes, What&& what) {
   const double limit = physical_memory_bytes();
   if (!(bytes <= limit))
-    throw InvalidArgument(what + " needs " + std::to_string(int64_t(bytes / (1 << 20))) +
+    throw InvalidArgument(std::string(what()) + " needs " +
+                          std::to_string(int64_t(bytes / (1 << 20))) +
                           " MiB, more than this machine's " +
                           std::to_string(int64_t(limit / (1 << 20))) + " MiB of memory");
 }

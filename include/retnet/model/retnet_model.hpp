@@ -62,7 +62,7 @@ class RetNetModel {
     require_fits_in_memory(double(batch) * double(config_.layers) * double(config_.heads) *
                                double(config_.key_head_dim()) * double(state_columns()) *
                                sizeof(Scalar),
-                           "a state of batch " + std::to_string(batch));
+                           [&] { return "a state of batch " + std::to_string(batch); });
     ModelState<Scalar> s;
     s.positions.assign(static_cast<size_t>(batch), 0);
     s.layers.reserve(static_cast<size_t>(config_.layers));  // Eigen tensors copy when moved
@@ -106,8 +106,9 @@ class RetNetModel {
                LogitsMode mode = LogitsMode::kAll) const {
     const Index batch = tokens.rows(), time = tokens.cols(), vocab = config_.vocab_size;
     if (mode == LogitsMode::kAll) {
-      require_fits_in_memory(double(batch) * double(time) * double(vocab) * sizeof(Scalar),
-                             "the logits of " + std::to_string(batch * time) + " tokens");
+      require_fits_in_memory(double(batch) * double(time) * double(vocab) * sizeof(Scalar), [&] {
+        return "the logits of " + std::to_string(batch * time) + " tokens";
+      });
       logits.resize(batch * time, vocab);
     }
     if (mode == LogitsMode::kLast) logits.resize(batch, vocab);
@@ -183,8 +184,10 @@ class RetNetModel {
         double(tokens.rows()) * double(std::min(segment, time)) *
             (8.0 * double(widest) + (mode == LogitsMode::kAll ? double(config_.vocab_size) : 0.0)) *
             sizeof(Scalar),
-        "a segment of " + std::to_string(tokens.rows()) + " x " +
-            std::to_string(std::min(segment, time)) + " tokens");
+        [&] {
+          return "a segment of " + std::to_string(tokens.rows()) + " x " +
+                 std::to_string(std::min(segment, time)) + " tokens";
+        });
     for (Index start = 0; start < time; start += segment) {
       const Index len = std::min(segment, time - start);
       read_segment(tokens.middleCols(start, len), form, state, ws);

@@ -105,7 +105,7 @@ struct ModelWeights {
   /// that they fit in memory.
   void allocate(const ModelConfig& c) {
     c.validate();
-    require_fits_in_memory(bytes_for(c), "the weights of this config");
+    require_fits_in_memory(bytes_for(c), [] { return "the weights of this config"; });
     layers.resize(static_cast<size_t>(c.layers));
     visit(c, [](const std::string&, auto& t, const std::vector<int64_t>& shape) {
       if (shape.size() == 2)
