@@ -12,6 +12,7 @@
 #include <cstring>
 #include <istream>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,42 @@ struct ModelState {
       throw FormatError(source + ": state was saved for another model (model fingerprint " +
                         hex(stored_fingerprint) + ", this model's is " + hex(fingerprint) +
                         "): expected a state saved with this model");
+    if (left < 0) {
+      // A stream of unknown length (a pipe): take the declared bytes in blocks first, so that
+      // memory follows the bytes that really arrive, not what the header claims.
+      std::string body;
+      for (uint64_t done = 0; done < total;) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, uint64_t{1} << 20));
+        body.resize(static_cast<size_t>(done) + n);
+        in.read(&body[static_cast<size_t>(done)], static_cast<std::streamsize>(n));
+        if (static_cast<size_t>(in.gcount()) != n)
+          throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
+                            std::to_string(total) + " bytes of positions and state, but the " +
+                            "stream ended after " + std::to_string(done + in.gcount()) +
+                            " (truncated or corrupt)");
+        done += n;
+      }
+      std::istringstream known(std::move(body));
+      return read_body(known, dims, source);
+    }
+    return read_body(in, dims, source);
+  }
+
+  // Transitional overloads, for callers not yet passing a fingerprint (GenerationState in
+  // text/generate.hpp): they save and load with kNoFingerprint, so a state saved with a real
+  // fingerprint is refused by them and one saved by them is refused by a fingerprinted load.
+  // To be removed once every caller passes model_fingerprint().
+  void save(std::ostream& out) const { save(out, kNoFingerprint); }
+  static ModelState load(std::istream& in, const ModelState& expected,
+                         const std::string& source = "state") {
+    return load(in, expected, kNoFingerprint, source);
+  }
+
+ private:
+  // Positions and data, once the header has been checked and `in` is known to hold them.
+  static ModelState read_body(std::istream& in, const uint64_t (&dims)[5],
+                              const std::string& source) {
+    const uint64_t batch = dims[1];
     ModelState s;
     s.positions.resize(static_cast<size_t>(batch));
     for (uint64_t b = 0; b < batch; ++b) {
@@ -204,17 +241,6 @@ struct ModelState {
     return s;
   }
 
-  // Transitional overloads, for callers not yet passing a fingerprint (GenerationState in
-  // text/generate.hpp): they save and load with kNoFingerprint, so a state saved with a real
-  // fingerprint is refused by them and one saved by them is refused by a fingerprinted load.
-  // To be removed once every caller passes model_fingerprint().
-  void save(std::ostream& out) const { save(out, kNoFingerprint); }
-  static ModelState load(std::istream& in, const ModelState& expected,
-                         const std::string& source = "state") {
-    return load(in, expected, kNoFingerprint, source);
-  }
-
- private:
   // Bytes between the read position and the end of `in`, or -1 when the stream cannot tell
   // (not seekable). Leaves the position where it was.
   static int64_t bytes_left(std::istream& in) {
