@@ -199,6 +199,17 @@ std::vector<DamagedCase> cases() {
                  write_model_file(d, raw_file("{\"" + std::string(1 << 20, 'k') + "\x01", 0));
                },
                load_folder, "header is not valid JSON"});
+  c.push_back({"ShapeWithManyDimensions",
+               [](const std::string& d) {
+                 std::string shape = "[1";
+                 for (int i = 1; i < 100000; ++i) shape += ",1";
+                 write_model_file(
+                     d, raw_file(R"({"embed_tokens.weight": {"dtype": "F32", "shape": )" + shape +
+                                     R"(], "data_offsets": [0, 4]}})",
+                                 4));
+               },
+               load_folder,
+               "has shape [1, 1, 1, 1, 1, 1, 1, 1, ... (100000 dimensions)], expected [8, 4]"});
   // ---- 4: sizes of the config checked against the checkpoint before allocating.
   c.push_back({"ConfigWith2000LayersNextToA2LayerCheckpoint",
                [](const std::string& d) {

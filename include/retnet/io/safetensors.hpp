@@ -229,12 +229,15 @@ inline bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
   return true;
 }
 
+// At most 8 dimensions are written: a file may declare a shape of a million ones.
 inline std::string shape_string(const std::vector<int64_t>& shape) {
+  constexpr size_t kShown = 8;
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
+  for (size_t i = 0; i < shape.size() && i < kShown; ++i) {
     if (i) s += ", ";
     s += std::to_string(shape[i]);
   }
+  if (shape.size() > kShown) s += ", ... (" + std::to_string(shape.size()) + " dimensions)";
   return s + "]";
 }
 

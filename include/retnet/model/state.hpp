@@ -12,7 +12,7 @@
 #include <cstring>
 #include <istream>
 #include <ostream>
-#include <sstream>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -197,7 +197,10 @@ struct ModelState {
                             " (truncated or corrupt)");
         done += n;
       }
-      std::istringstream known(std::move(body));
+      struct View : std::streambuf {  // reads `body` in place (istringstream would copy it)
+        View(char* p, size_t n) { setg(p, p, p + n); }
+      } view(&body[0], body.size());
+      std::istream known(&view);
       return read_body(known, dims, source);
     }
     return read_body(in, dims, source);
