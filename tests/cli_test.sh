@@ -104,7 +104,7 @@ expect_error "tiny repeat penalty" "--repeat-penalty must be in" "$retnet" gener
 expect_error "bad top-p" "--top-p must be in [0, 1]" "$retnet" generate -m "$model" --top-p 1.5
 expect_error "no model" "-m is required" "$retnet" generate -p hi
 expect_error "missing model dir" "config.json" "$retnet" generate -m "$work/nowhere"
-expect_error "missing state file" "is not a regular file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
+expect_error "missing state file" "no such file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
 echo "garbage" >"$work/bad.state"
 expect_error "corrupt state file" "bad magic" "$retnet" generate -m "$model" --load-state "$work/bad.state"
 mkdir -p "$work/broken"
@@ -117,11 +117,11 @@ expect_error "score without input" "exactly one of --text" "$retnet" score -m "$
 expect_error "score bad mode" "--mode must be" "$retnet" score -m "$model" --text hi --mode sideways
 expect_error "score bad tokens" "--tokens expects" "$retnet" score -m "$model" --tokens 1,x,3
 expect_error "score token out of range" "token id 999" "$retnet" score -m "$model" --tokens 1,999
-expect_error "score missing file" "is not a regular file" "$retnet" score -m "$model" --file "$work/none.txt"
-expect_error "score directory" "is not a regular file" "$retnet" score -m "$model" --file "$work"
-expect_error "score /dev/zero" "is not a regular file" "$retnet" score -m "$model" --file /dev/zero
+expect_error "score missing file" "no such file" "$retnet" score -m "$model" --file "$work/none.txt"
+expect_error "score directory" "is a directory, expected a regular file" "$retnet" score -m "$model" --file "$work"
+expect_error "score /dev/zero" "is a device, expected a regular file" "$retnet" score -m "$model" --file /dev/zero
 mkfifo "$work/fifo"
-expect_error "score FIFO" "is not a regular file" timeout 20 "$retnet" score -m "$model" --file "$work/fifo"
+expect_error "score FIFO" "is a FIFO (named pipe), expected a regular file" timeout 20 "$retnet" score -m "$model" --file "$work/fifo"
 expect_error "score trailing comma" "--tokens expects" "$retnet" score -m "$model" --tokens 1,2,
 expect_error "score one token" "at least 2 are needed" "$retnet" score -m "$model" --tokens 7
 expect_error "bench both sources" "exactly one of -m" "$retnet" bench -m "$model" --config "$model/config.json"

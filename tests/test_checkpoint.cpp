@@ -4,14 +4,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "expect_error.hpp"
+#include "fifo.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/safetensors.hpp"
@@ -420,4 +423,152 @@ TEST(CheckpointBad, TensorInTwoShards) {
   expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
                             {"tensor embed_tokens.weight also appears in",
                              dir.file("a.safetensors"), dir.file("b.safetensors")});
+}
+
+// ----------------------------------------------------------------------------------------
+// Hostile checkpoints (issue 15).
+
+// Case 1: the index parsed with a bounded depth; no part of it dumped unbounded.
+TEST(CheckpointBad, IndexDeeplyNested) {
+  TempDir dir;
+  write_two_shards(dir);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& text : {R"({"weight_map": )" + deep + "}",
+                                  R"({"weight_map": {"embed_tokens.weight": )" + deep + "}}"}) {
+    write_text(dir.file("model.safetensors.index.json"), text);
+    const std::string message =
+        expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                                  {dir.file("model.safetensors.index.json"),
+                                   "nests arrays and objects deeper than 64 levels"});
+    EXPECT_LT(message.size(), 400u);
+  }
+  // Shallow but large: the message quotes a bounded excerpt.
+  std::string wide = R"({"weight_map": [)";
+  for (int i = 0; i < 100000; ++i) wide += (i ? ",\"" : "\"") + std::to_string(i) + "\"";
+  write_text(dir.file("model.safetensors.index.json"), wide + "]}");
+  const std::string message = expect_error<FormatError>(
+      [&] { CheckpointReader reader(dir.str()); },
+      {"\"weight_map\" must be a non-empty object", "found [\"0\",\"1\",\"2\""});
+  EXPECT_LT(message.size(), 400u);
+}
+
+TEST(CheckpointBad, IndexDuplicateTensor) {
+  TempDir dir;
+  write_two_shards(dir);
+  write_text(dir.file("model.safetensors.index.json"),
+             R"({"weight_map": {"embed_tokens.weight": "a.safetensors",)"
+             R"( "layer_norm.weight": "b.safetensors", "embed_tokens.weight": "b.safetensors"}})");
+  expect_error<FormatError>(
+      [&] { CheckpointReader reader(dir.str()); },
+      {dir.file("model.safetensors.index.json"), "has the key embed_tokens.weight twice"});
+}
+
+// Case 8: only regular files are opened; the error names the path.
+TEST(CheckpointBad, IndexOrShardNotARegularFile) {
+  {
+    TempDir dir;
+    write_two_shards(dir);
+    fs::create_directory(dir.file("model.safetensors.index.json"));
+    expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                              {dir.file("model.safetensors.index.json"), "is a directory"});
+  }
+  {
+    TempDir dir;
+    retnet::testing::Fifo fifo(dir.file("model.safetensors.index.json"));
+    ASSERT_TRUE(fifo.ok());
+    expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                              {dir.file("model.safetensors.index.json"), "is a FIFO"});
+  }
+  {
+    TempDir dir;
+    retnet::testing::Fifo fifo(dir.file("model.safetensors"));
+    ASSERT_TRUE(fifo.ok());
+    expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                              {dir.file("model.safetensors"), "is a FIFO"});
+  }
+  {
+    TempDir dir;
+    write_two_shards(dir);
+    fs::create_directory(dir.file("c.safetensors"));
+    write_text(dir.file("model.safetensors.index.json"),
+               R"({"weight_map": {"embed_tokens.weight": "a.safetensors",)"
+               R"( "layer_norm.weight": "c.safetensors"}})");
+    expect_error<FormatError>([&] { CheckpointReader reader(dir.str()); },
+                              {dir.file("c.safetensors"), "is a directory"});
+  }
+}
+
+// Case 13: a shard that is a symbolic link out of the folder is refused, and nothing of the
+// target leaks into the message (before: its first 8 bytes appeared as the "header length").
+TEST(CheckpointBad, ShardLinkOutsideTheFolder) {
+  TempDir outside, dir;
+  write_text(outside.file("secret"), "SECRET!!and the rest of a private file");
+  write_two_shards(dir);
+  fs::create_symlink(outside.file("secret"), dir.file("c.safetensors"));
+  write_text(dir.file("model.safetensors.index.json"),
+             R"({"weight_map": {"embed_tokens.weight": "a.safetensors",)"
+             R"( "layer_norm.weight": "c.safetensors"}})");
+  uint64_t as_length = 0;
+  std::memcpy(&as_length, "SECRET!!", 8);
+  for (int variant = 0; variant < 2; ++variant) {
+    if (variant == 1) {  // the same as a single-file checkpoint
+      fs::remove(dir.file("model.safetensors.index.json"));
+      fs::create_symlink(outside.file("secret"), dir.file("model.safetensors"));
+    }
+    const std::string message = expect_error<FormatError>(
+        [&] { CheckpointReader reader(dir.str()); },
+        {variant ? dir.file("model.safetensors") : dir.file("c.safetensors"), "resolves to",
+         outside.file("secret"), "outside the model folder"});
+    EXPECT_EQ(message.find("SECRET"), std::string::npos) << message;
+    EXPECT_EQ(message.find(std::to_string(as_length)), std::string::npos) << message;
+  }
+}
+
+TEST(Checkpoint, LinksInsideTheFolderAreFollowed) {
+  TempDir dir;
+  fs::create_directory(dir.file("blobs"));
+  write_tensors(dir.file("blobs/weights"), tiny_model());
+  fs::create_symlink("blobs/weights", dir.file("model.safetensors"));
+  CheckpointReader reader(dir.str());
+  read_tiny_model(reader);
+  EXPECT_NO_THROW(reader.check_all_consumed());
+}
+
+// Case 14: NaN or infinite weights are refused at load, naming the tensor.
+TEST(CheckpointBad, NonFiniteWeights) {
+  TempDir dir;
+  std::vector<float> embed(20, 0.5f);
+  embed[7] = -std::numeric_limits<float>::infinity();
+  const std::vector<float> norm(4, 1.0f);
+  retnet::save_safetensors(dir.file("model.safetensors"),
+                           {{"embed_tokens.weight", DType::F16, {5, 4}, embed.data()},
+                            {"layer_norm.weight", DType::F32, {4}, norm.data()}});
+  CheckpointReader reader(dir.str());
+  std::vector<float> out(20);
+  const std::string message = expect_error<FormatError>(
+      [&] {
+        reader.read("embed_tokens.weight", {5, 4}, out.data());
+      },
+      {dir.file("model.safetensors"), "tensor embed_tokens.weight: element 7 of 20 is -inf",
+       "expected finite weights"});
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+}
+
+// expect() checks a tensor's presence and shape from the header alone.
+TEST(Checkpoint, ExpectChecksShapesWithoutReading) {
+  TempDir dir;
+  write_tensors(dir.file("model.safetensors"), tiny_model());
+  CheckpointReader reader(dir.str());
+  expect_error<FormatError>(
+      [&] {
+        reader.expect("layers.0.ffn.fc1.weight", {4, 6});
+      },
+      {"tensor layers.0.ffn.fc1.weight has shape [6, 4], expected [4, 6]"});
+  expect_error<FormatError>(
+      [&] {
+        reader.expect("layers.7.ffn.fc1.weight", {6, 4});
+      },
+      {"missing tensor layers.7.ffn.fc1.weight"});
+  for (const auto& [name, shape] : tiny_model()) reader.expect(name, shape);
+  EXPECT_NO_THROW(reader.check_all_consumed());
 }

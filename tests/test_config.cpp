@@ -5,11 +5,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "expect_error.hpp"
+#include "fifo.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/model/config.hpp"
 #include "temp_dir.hpp"
@@ -187,4 +189,78 @@ TEST(ConfigBad, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("config.json");
   expect_error<FormatError>([&] { ModelConfig::load(path); }, {path});
+}
+
+// ----------------------------------------------------------------------------------------
+// Hostile configs (issue 15).
+
+// Case 1: nesting is bounded while parsing; nothing is dumped unbounded into the message.
+TEST(ConfigBad, DeeplyNestedValue) {
+  TempDir dir;
+  for (const char* key : {"vocab_size", "unused_key"}) {
+    SCOPED_TRACE(key);
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    json j = good_config();
+    std::string text = j.dump();
+    text.insert(1, "\"" + std::string(key) + "\": " + deep + ", ");
+    if (std::string(key) == "vocab_size")
+      text.replace(text.find("\"vocab_size\":97"), 16, "\"x\":1");
+    const std::string path = write_config(dir, text);
+    const std::string message = expect_error<FormatError>(
+        [&] { ModelConfig::load(path); }, {path, "nests arrays and objects deeper than 64 levels"});
+    EXPECT_LT(message.size(), 300u);
+  }
+}
+
+TEST(ConfigBad, DuplicateKey) {
+  TempDir dir;
+  std::string text = good_config().dump();
+  text.insert(1, "\"decoder_layers\": 2000, ");
+  const std::string path = write_config(dir, text);
+  expect_error<FormatError>([&] { ModelConfig::load(path); },
+                            {path, "has the key decoder_layers twice"});
+}
+
+TEST(ConfigBad, SizeBeyondSigned64Bits) {
+  json j = good_config();
+  j["decoder_layers"] = std::numeric_limits<uint64_t>::max();
+  expect_bad(j, {"\"decoder_layers\" = 18446744073709551615", "does not fit"});
+}
+
+TEST(ConfigBad, LongStringValueIsQuotedBounded) {
+  json j = good_config();
+  j["activation_fn"] = "relu\n\x1b[2J" + std::string(1 << 20, 'z');
+  TempDir dir;
+  const std::string path = write_config(dir, j.dump());
+  const std::string message = expect_error<FormatError>(
+      [&] { ModelConfig::load(path); }, {"activation_fn \"relu\\x0a\\x1b[2Jzzz", "bytes)"});
+  EXPECT_LT(message.size(), 300u);
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+}
+
+// Case 8: a FIFO must not hang, a directory must not give a raw stream error.
+TEST(ConfigBad, NotARegularFile) {
+  TempDir dir;
+  const std::string path = dir.file("config.json");
+  {
+    retnet::testing::Fifo fifo(path);
+    ASSERT_TRUE(fifo.ok());
+    expect_error<FormatError>([&] { ModelConfig::load(path); },
+                              {path, "is a FIFO (named pipe), expected a regular file"});
+  }
+  fs::remove(path);
+  fs::create_directory(path);
+  expect_error<FormatError>([&] { ModelConfig::load(path); },
+                            {path, "is a directory, expected a regular file"});
+}
+
+TEST(ConfigBad, TooLarge) {
+  TempDir dir;
+  const std::string path = dir.file("config.json");
+  {
+    std::ofstream out(path);
+    out << good_config().dump() << std::string(ModelConfig::kMaxFileBytes, ' ');
+  }
+  expect_error<FormatError>([&] { ModelConfig::load(path); },
+                            {path, "more than the 16777216-byte limit for a config file"});
 }

@@ -66,7 +66,7 @@ TEST(Generation, SavedStateResumesExactly) {
   {
     auto g = f.generator.prefill(f.tokenizer.encode(kPrompt), params);
     std::ofstream out(path, std::ios::binary);
-    g.save(out);
+    g.save(out, f.model.fingerprint());
   }
   std::ifstream in(path, std::ios::binary);
   std::vector<GenerationState<double>> states{GenerationState<double>::load(in, f.model)};

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "fifo.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/model/config.hpp"
@@ -304,10 +305,12 @@ TEST(Safetensors, MetadataRoundTrip) {
   EXPECT_EQ(file.tensors().size(), 1u);  // __metadata__ is not a tensor
 }
 
-TEST(Safetensors, EmptyTensorsShareOffsetsWithoutOverlap) {
+TEST(Safetensors, EmptyTensorsSitAtTensorBoundaries) {
   TempDir dir;
-  const std::string header = R"({"a":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
-                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  // Ordered by (begin, end): a [0, 0], b [0, 8], c [8, 8]: each begins where the last ended.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[0,5],"data_offsets":[0,0]},)"
+                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("c":{"dtype":"F16","shape":[3,0],"data_offsets":[8,8]}})";
   const std::string path = dir.file("empty.safetensors");
   write_bytes(path, raw_file(header, 8));
   SafetensorsFile file(path);
@@ -445,8 +448,137 @@ TEST(SafetensorsBad, HeaderNotJson) {
 
 TEST(SafetensorsBad, HeaderNotAnObject) {
   TempDir dir;
-  expect_format_error(dir, raw_file("[1, 2, 3]", 0),
-                      {"not a JSON object", "expected object, found array"});
+  expect_format_error(
+      dir, raw_file("[1, 2, 3]", 0),
+      {"not a JSON object", "expected it to begin with '{'", "found \"[1, 2, 3]\""});
+}
+
+// ----------------------------------------------------------------------------------------
+// The reference implementation's rules (issue 15, case 9), and nesting (case 1).
+
+TEST(SafetensorsBad, HeaderMustBeginWithABrace) {
+  TempDir dir;
+  // Valid JSON, but the reference refuses leading whitespace.
+  expect_format_error(
+      dir, raw_file(R"( {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4),
+      {"expected it to begin with '{'", "found \" {\\\"w\\\": {\\\"dtype\\\":\""});
+}
+
+TEST(SafetensorsBad, DuplicateTensorName) {
+  TempDir dir;
+  // Before: the second entry silently replaced the first, whose bytes went unused.
+  expect_format_error(dir,
+                      raw_file(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                               R"( "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                               8),
+                      {"header has the key w twice", "duplicate keys are refused"});
+}
+
+TEST(SafetensorsBad, DuplicateKeyInsideAnEntry) {
+  TempDir dir;
+  expect_format_error(
+      dir,
+      raw_file(R"({"w": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})",
+               4),
+      {"header has the key dtype twice"});
+}
+
+TEST(SafetensorsBad, GapBetweenTensors) {
+  TempDir dir;
+  expect_format_error(dir,
+                      raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                               R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+                               12),
+                      {"tensor b", "data_offsets [8, 12]", "gap of 4 bytes after tensor a",
+                       "expected contiguous byte ranges"});
+}
+
+TEST(SafetensorsBad, GapAtTheStart) {
+  TempDir dir;
+  expect_format_error(
+      dir, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
+      {"tensor a", "gap of 4 bytes after the start of the data area"});
+}
+
+TEST(SafetensorsBad, TrailingBytesAfterTheTensors) {
+  TempDir dir;
+  expect_format_error(
+      dir, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 9),
+      {"the tensors cover 4 bytes of the 9-byte data area", "5 trailing bytes"});
+  expect_format_error(dir, raw_file("{}", 3), {"cover 0 bytes of the 3-byte data area"});
+}
+
+TEST(SafetensorsBad, EmptyTensorInsideAnother) {
+  TempDir dir;
+  expect_format_error(dir,
+                      raw_file(R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},)"
+                               R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                               8),
+                      {"tensor a", "data_offsets [4, 4]", "overlap tensor b"});
+}
+
+TEST(SafetensorsBad, MetadataNested) {
+  TempDir dir;
+  expect_format_error(dir, raw_file(R"({"__metadata__": {"format": {"pt": "x"}}})", 0),
+                      {"__metadata__ entry format must be a string", "found object"});
+}
+
+// A one-tensor header whose `key` value is 1 wrapped in `depth` arrays: [[[...1...]]].
+std::string nested_header(const std::string& key, size_t depth) {
+  std::map<std::string, std::string> fields = {
+      {"dtype", "\"F32\""}, {"shape", "[1]"}, {"data_offsets", "[0, 4]"}};
+  fields[key] = std::string(depth, '[') + "1" + std::string(depth, ']');
+  std::string entry;
+  for (const auto& [k, v] : fields) entry += (entry.empty() ? "" : ", ") + ("\"" + k + "\": " + v);
+  return "{\"w\": {" + entry + "}}";
+}
+
+TEST(SafetensorsBad, DeeplyNestedValuesAreRefusedWithoutRecursion) {
+  // Before: a value nested 100 000 deep (a 200 KB header) crashed with a stack overflow in
+  // nlohmann's dump() while the error message was built.
+  TempDir dir;
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    SCOPED_TRACE(key);
+    const std::string message =
+        expect_format_error(dir, raw_file(nested_header(key, 100000), 4),
+                            {"header nests arrays and objects deeper than 64 levels"});
+    EXPECT_LT(message.size(), 400u);
+  }
+  // 64 levels is the limit (the header object is one of them); 63 nested arrays still parse.
+  expect_format_error(dir, raw_file(nested_header("shape", 62), 4),
+                      {"tensor w", "shape dimension must be an integer", "found [[[[["});
+  expect_format_error(dir, raw_file(nested_header("shape", 63), 4), {"deeper than 64 levels"});
+}
+
+TEST(SafetensorsBad, FileContentIsQuotedBoundedAndEscaped) {
+  TempDir dir;
+  // A megabyte-long dtype holding a newline and a terminal escape.
+  const std::string dtype = "F\\n\\u001b[31m" + std::string(1 << 20, 'x');  // JSON escapes
+  const std::string message = expect_format_error(
+      dir,
+      raw_file(R"({"w": {"dtype": ")" + dtype + R"(", "shape": [1], "data_offsets": [0, 4]}})", 4),
+      {"tensor w", "unknown dtype \"F\\x0a\\x1b[31mxxx", "bytes)"});
+  EXPECT_LT(message.size(), 300u);
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_EQ(message.find('\x1b'), std::string::npos);
+  // A tensor name that is not plain is quoted and escaped too.
+  const std::string m2 = expect_format_error(
+      dir,
+      raw_file("{\"" + std::string("bad\\nname") + std::string(5000, 'n') +
+                   R"(": {"dtype": "I8", "shape": [1], "data_offsets": [0, 1]}})",
+               1),
+      {"tensor \"bad\\x0aname"});
+  EXPECT_LT(m2.size(), 400u);
+  EXPECT_EQ(m2.find('\n'), std::string::npos);
+}
+
+TEST(SafetensorsBad, InvalidJsonMessageIsBounded) {
+  TempDir dir;
+  // nlohmann quotes the token read so far ("last read: ..."), here a 1 MB string.
+  const std::string message =
+      expect_format_error(dir, raw_file("{\"" + std::string(1 << 20, 'k') + "\x01\": 1}", 0),
+                          {"header is not valid JSON"});
+  EXPECT_LT(message.size(), 400u);
 }
 
 TEST(SafetensorsBad, EntryNotAnObject) {
@@ -603,5 +735,44 @@ TEST(SafetensorsBad, FileTruncatedAfterOpening) {
 TEST(SafetensorsBad, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("nope.safetensors");
-  expect_error<FormatError>([&] { SafetensorsFile file(path); }, {path});
+  expect_error<FormatError>([&] { SafetensorsFile file(path); }, {path, "no such file"});
+}
+
+TEST(SafetensorsBad, NotARegularFile) {
+  TempDir dir;
+  expect_error<FormatError>([&] { SafetensorsFile file(dir.str()); },
+                            {dir.str(), "is a directory, expected a regular file"});
+  const std::string fifo = dir.file("fifo.safetensors");
+  retnet::testing::Fifo made(fifo);
+  ASSERT_TRUE(made.ok());
+  expect_error<FormatError>([&] { SafetensorsFile file(fifo); },
+                            {fifo, "is a FIFO (named pipe), expected a regular file"});
+}
+
+TEST(SafetensorsBad, NonFiniteValuesRefusedWhenAsked) {
+  TempDir dir;
+  const std::string path = dir.file("nan.safetensors");
+  const std::vector<float> values = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
+  const double huge = 1e300;  // finite as F64, +inf as float
+  save_safetensors(path, {{"v", DType::F32, {3}, values.data()}});
+  SafetensorsFile file(path);
+  std::vector<float> out(3);
+  file.read(file.info("v"), out.data());  // a plain read returns the values as stored
+  EXPECT_TRUE(std::isnan(out[1]));
+  expect_error<FormatError>([&] { file.read(file.info("v"), out.data(), true); },
+                            {path, "tensor v: element 1 of 3 is NaN", "expected finite weights"});
+  // F64 beyond float's range is finite in the file but +inf once read as float.
+  std::string bytes =
+      raw_file(R"({"d": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", 0);
+  std::string value(8, '\0');
+  std::memcpy(&value[0], &huge, 8);
+  bytes += value;
+  const SafetensorsFile mem =
+      SafetensorsFile::parse("mem", reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  float f = 0;
+  double d = 0;
+  mem.read(mem.info("d"), &d, true);
+  EXPECT_EQ(d, huge);
+  expect_error<FormatError>([&] { mem.read(mem.info("d"), &f, true); },
+                            {"mem: tensor d: element 0 of 1 is +inf (as float)"});
 }

@@ -207,34 +207,8 @@ Index chunk_size(const Args& args) {
   return args.has("--chunk-size") ? args.integer("--chunk-size") : 0;
 }
 
-/// A text file for --file: regular files only (not a FIFO or a device that never ends), up to
-/// a stated size, read straight into one string.
-constexpr int64_t kMaxTextFileBytes = int64_t(256) << 20;
-
-std::string read_text_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw UsageError("'" + path + "' is not a regular file");
-  const auto size = static_cast<int64_t>(fs::file_size(path, ec));
-  if (ec) throw UsageError("cannot read '" + path + "'");
-  if (size > kMaxTextFileBytes)
-    throw UsageError("'" + path + "' has " + std::to_string(size) +
-                     " bytes; --file reads at most " + std::to_string(kMaxTextFileBytes >> 20) +
-                     " MiB");
-  std::ifstream in(path, std::ios::binary);
-  std::string text(static_cast<size_t>(size), '\0');
-  if (!in.read(text.data(), size)) throw UsageError("cannot read '" + path + "'");
-  return text;
-}
-
-std::ifstream open_state_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw UsageError("state file '" + path + "' is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("cannot open state file '" + path + "'");
-  return in;
-}
+/// --file takes a regular file (not a FIFO or a device that never ends) of a stated size.
+constexpr uint64_t kMaxTextFileBytes = uint64_t(256) << 20;
 
 // ---------------------------------------------------------------- generate
 
@@ -280,7 +254,7 @@ int generate(const Args& args) {
   const std::string prompt = args.has("-p") ? args.str("-p") : resume ? "" : "\n";
   retnet::GenerationState<float> state;
   if (resume) {
-    auto in = open_state_file(args.str("--load-state"));
+    auto in = retnet::open_regular_file(args.str("--load-state"));
     state = retnet::GenerationState<float>::load(in, model, args.str("--load-state"));
     generator.continue_with(state, prompt, params);
   } else {
@@ -289,7 +263,7 @@ int generate(const Args& args) {
   if (args.has("--save-state")) {
     std::ofstream out(args.str("--save-state"), std::ios::binary);
     if (!out) throw UsageError("cannot write state file '" + args.str("--save-state") + "'");
-    state.save(out);
+    state.save(out, model.fingerprint());
   }
   if (!resume) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
@@ -347,7 +321,8 @@ std::vector<int32_t> score_input(const Args& args, const std::string& dir, int64
   if (args.has("--tokens")) return parse_token_list(args.str("--tokens"));
   const auto tokenizer = retnet::load_tokenizer(dir, vocab);
   if (args.has("--text")) return tokenizer->encode(args.str("--text"));
-  return tokenizer->encode(read_text_file(args.str("--file")));
+  return tokenizer->encode(
+      retnet::read_regular_file(args.str("--file"), kMaxTextFileBytes, "--file"));
 }
 
 int score(const Args& args) {

@@ -5,6 +5,10 @@
 // Callers use logical tensor names (without the torchscale / fairseq / HF prefix); the
 // reader resolves them, checks shapes, and remembers what was read so that a checkpoint
 // carrying tensors the model does not use is reported instead of silently ignored.
+//
+// Every file is opened only as a regular file inside the model folder (symbolic links are
+// resolved, and one leading outside the folder is refused), the index is parsed with a bounded
+// depth and no duplicate keys, and weights are refused when NaN or infinite.
 #pragma once
 
 #include <cstdint>
@@ -14,28 +18,36 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/file.hpp"
+#include "retnet/core/json.hpp"
 #include "retnet/io/safetensors.hpp"
 
 namespace retnet {
 
 class CheckpointReader {
  public:
+  /// Largest model.safetensors.index.json read (a real one lists a few thousand tensors in a
+  /// few hundred KB); checked before the file is read.
+  static constexpr uint64_t kMaxIndexBytes = 64ull << 20;
+
   /// Opens the checkpoint in `dir` and validates every shard header; reads no weights.
   explicit CheckpointReader(const std::string& dir) : dir_(dir) {
     namespace fs = std::filesystem;
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
     const fs::path single = fs::path(dir) / "model.safetensors";
     std::error_code ec;
-    if (fs::exists(index, ec)) {
-      open_sharded(index.string());
+    // symlink_status: a dangling link is reported as such, not skipped as absent.
+    if (fs::exists(fs::symlink_status(index, ec))) {
+      open_sharded(path_in_folder(dir, index.filename().string()));
     } else {
-      if (!fs::exists(single, ec))
+      if (!fs::exists(fs::symlink_status(single, ec)))
         throw FormatError(single.string() + ": missing (expected model.safetensors or " +
                           "model.safetensors.index.json in " + dir + ")");
-      add_shard(SafetensorsFile(single.string()));
+      add_shard(SafetensorsFile(path_in_folder(dir, single.filename().string())));
     }
     detect_prefix();
   }
@@ -57,6 +69,8 @@ class CheckpointReader {
     return total;
   }
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  /// Number of tensors over every shard.
+  size_t tensor_count() const { return names_.size(); }
 
   /// Whether the logical tensor exists. "output_projection.weight" also matches
   /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`.
@@ -67,20 +81,52 @@ class CheckpointReader {
     return entry(require_location(logical_name));
   }
 
-  /// Reads a logical tensor, converted to Scalar, after checking its shape; throws
-  /// FormatError "FILE: tensor NAME has shape [..], expected [..]" on a mismatch.
+  /// Checks that a logical tensor exists with `expected_shape`, reading nothing, and counts it
+  /// as consumed (see check_all_consumed), so that a loader can validate every tensor it will
+  /// ask for before it allocates anything. Throws FormatError "DIR: missing tensor NAME" or
+  /// "FILE: tensor NAME has shape [..], expected [..]".
+  void expect(const std::string& logical_name, const std::vector<int64_t>& expected_shape) {
+    consumed_.insert(checked_entry(logical_name, expected_shape).name);
+  }
+
+  /// Reads a logical tensor, converted to Scalar, after checking its shape (as expect()); a
+  /// NaN or infinite value throws FormatError "FILE: tensor NAME: element I of N is NaN ...".
   template <typename Scalar>
   void read(const std::string& logical_name, const std::vector<int64_t>& expected_shape,
             Scalar* dst) {
-    const Location& loc = require_location(logical_name);
-    const SafetensorsFile& file = shards_[loc.shard];
-    const TensorInfo& t = entry(loc);
-    if (t.shape != expected_shape)
-      throw FormatError(file.path() + ": tensor " + t.name + " has shape " +
-                        detail::shape_string(t.shape) + ", expected " +
-                        detail::shape_string(expected_shape));
-    file.read(t, dst);
+    const TensorInfo& t = checked_entry(logical_name, expected_shape);
+    shards_[require_location(logical_name).shard].read(t, dst, /*require_finite=*/true);
     consumed_.insert(t.name);
+  }
+
+  /// The tensor map of a model.safetensors.index.json held in `text` (tensor name -> shard file
+  /// name), validated: a JSON object of bounded depth without duplicate keys, whose
+  /// "weight_map" is a non-empty object of plain file names. `label` names it in errors.
+  static std::map<std::string, std::string> parse_index(std::string_view text,
+                                                        const std::string& label) {
+    const nlohmann::json index = parse_json(text, label);
+    if (!index.is_object())
+      throw FormatError(label + ": expected a JSON object, found " +
+                        std::string(index.type_name()));
+    if (!index.contains("weight_map")) throw FormatError(label + ": missing \"weight_map\"");
+    const nlohmann::json& map = index["weight_map"];
+    if (!map.is_object() || map.empty())
+      throw FormatError(label + ": \"weight_map\" must be a non-empty object of " +
+                        "tensor name -> shard file, found " + json_excerpt(map));
+    std::map<std::string, std::string> weight_map;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it.value().is_string())
+        throw FormatError(label + ": weight_map entry for tensor " + name_excerpt(it.key()) +
+                          " must be a shard file name, found " + json_excerpt(it.value()));
+      const std::string shard = it.value().get<std::string>();
+      // Shards live next to the index; a path would let a checkpoint read arbitrary files.
+      if (shard.empty() || shard == "." || shard == ".." ||
+          shard.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
+        throw FormatError(label + ": weight_map entry for tensor " + name_excerpt(it.key()) +
+                          " names shard " + excerpt(shard, 80) + ", expected a plain file name");
+      weight_map[it.key()] = shard;
+    }
+    return weight_map;
   }
 
   /// Throws FormatError naming the first tensor (by name) that was never read, so that
@@ -89,7 +135,7 @@ class CheckpointReader {
   void check_all_consumed() const {
     for (const auto& [name, loc] : names_) {
       if (consumed_.count(name) || name.find("retnet_rel_pos.") != std::string::npos) continue;
-      throw FormatError(shards_[loc.shard].path() + ": unexpected tensor " + name +
+      throw FormatError(shards_[loc.shard].path() + ": unexpected tensor " + name_excerpt(name) +
                         " (not used by the model for this config)");
     }
   }
@@ -124,13 +170,24 @@ class CheckpointReader {
     return *loc;
   }
 
+  const TensorInfo& checked_entry(const std::string& logical_name,
+                                  const std::vector<int64_t>& expected_shape) const {
+    const Location& loc = require_location(logical_name);
+    const TensorInfo& t = entry(loc);
+    if (t.shape != expected_shape)
+      throw FormatError(shards_[loc.shard].path() + ": tensor " + name_excerpt(t.name) +
+                        " has shape " + detail::shape_string(t.shape) + ", expected " +
+                        detail::shape_string(expected_shape));
+    return t;
+  }
+
   void add_shard(SafetensorsFile file) {
     const size_t shard = shards_.size();
     for (size_t i = 0; i < file.tensors().size(); ++i) {
       const std::string& name = file.tensors()[i].name;
       auto [it, inserted] = names_.emplace(name, Location{shard, i});
       if (!inserted)
-        throw FormatError(file.path() + ": tensor " + name + " also appears in " +
+        throw FormatError(file.path() + ": tensor " + name_excerpt(name) + " also appears in " +
                           shards_[it->second.shard].path() + ": expected each tensor in one shard");
     }
     shards_.push_back(std::move(file));
@@ -138,53 +195,27 @@ class CheckpointReader {
 
   void open_sharded(const std::string& index_path) {
     namespace fs = std::filesystem;
-    std::ifstream in(index_path);
-    if (!in) throw FormatError(index_path + ": cannot open");
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(index_path + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!index.is_object())
-      throw FormatError(index_path + ": expected a JSON object, found " +
-                        std::string(index.type_name()));
-    if (!index.contains("weight_map")) throw FormatError(index_path + ": missing \"weight_map\"");
-    const nlohmann::json& map = index["weight_map"];
-    if (!map.is_object() || map.empty())
-      throw FormatError(index_path + ": \"weight_map\" must be a non-empty object of " +
-                        "tensor name -> shard file, found " + map.dump());
-    std::map<std::string, std::string> weight_map;
+    const std::map<std::string, std::string> weight_map = parse_index(
+        read_regular_file(index_path, kMaxIndexBytes, "model.safetensors.index.json"), index_path);
     std::set<std::string> shard_names;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (!it.value().is_string())
-        throw FormatError(index_path + ": weight_map entry for tensor " + it.key() +
-                          " must be a shard file name, found " + it.value().dump());
-      const std::string shard = it.value().get<std::string>();
-      // Shards live next to the index; a path would let a checkpoint read arbitrary files.
-      if (shard.empty() || shard == "." || shard == ".." ||
-          shard.find_first_of("/\\") != std::string::npos)
-        throw FormatError(index_path + ": weight_map entry for tensor " + it.key() +
-                          " names shard \"" + shard + "\", expected a plain file name");
-      weight_map[it.key()] = shard;
-      shard_names.insert(shard);
-    }
+    for (const auto& [name, shard] : weight_map) shard_names.insert(shard);
     std::map<std::string, size_t> shard_index;
     for (const std::string& shard : shard_names) {
       const fs::path p = fs::path(dir_) / shard;
       std::error_code ec;
-      if (!fs::is_regular_file(p, ec))
-        throw FormatError(index_path + ": shard " + shard + " is missing (expected " + p.string() +
-                          ")");
+      if (!fs::exists(fs::symlink_status(p, ec)))
+        throw FormatError(index_path + ": shard " + name_excerpt(shard) + " is missing (expected " +
+                          excerpt(p.string(), 200) + ")");
       shard_index[shard] = shards_.size();
-      add_shard(SafetensorsFile(p.string()));
+      add_shard(SafetensorsFile(path_in_folder(dir_, shard)));
     }
     // The index must agree with the shards it names.
     for (const auto& [name, shard] : weight_map) {
       const Location* loc = find_physical(name);
       if (!loc || loc->shard != shard_index[shard])
-        throw FormatError(index_path + ": weight_map puts tensor " + name + " in " + shard +
-                          ", but " + (fs::path(dir_) / shard).string() + " has no such tensor");
+        throw FormatError(index_path + ": weight_map puts tensor " + name_excerpt(name) + " in " +
+                          name_excerpt(shard) + ", but " + shards_[shard_index[shard]].path() +
+                          " has no such tensor");
     }
   }
 

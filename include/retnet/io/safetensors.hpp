@@ -2,9 +2,13 @@
 // N bytes of JSON describing each tensor (dtype, shape, byte range), then the raw data.
 //
 // The reader trusts nothing in the file: every field is validated before it is used, and
-// every failure throws FormatError naming the file, the tensor and what was expected. Only
-// the header is held in memory; tensor data is streamed on demand in bounded blocks so
-// that loading a model never holds a second full copy of its weights.
+// every failure throws a one-line FormatError naming the file, the tensor and what was
+// expected, quoting file content only as a bounded, escaped excerpt. It follows the reference
+// implementation's rules (docs/FORMATS.md, "What the loaders check"): the header is a JSON
+// object beginning with '{', no key appears twice, each tensor spans exactly dtype size x
+// elements bytes, and the tensors tile the data area: contiguous, without gap, overlap or
+// trailing bytes. Only the header is held in memory; tensor data is streamed on demand in
+// bounded blocks so that loading a model never holds a second full copy of its weights.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +27,8 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/file.hpp"
+#include "retnet/core/json.hpp"
 
 namespace retnet {
 
@@ -223,12 +229,15 @@ inline bool checked_mul(uint64_t a, uint64_t b, uint64_t* out) {
   return true;
 }
 
+// At most 8 dimensions are written: a file may declare a shape of a million ones.
 inline std::string shape_string(const std::vector<int64_t>& shape) {
+  constexpr size_t kShown = 8;
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
+  for (size_t i = 0; i < shape.size() && i < kShown; ++i) {
     if (i) s += ", ";
     s += std::to_string(shape[i]);
   }
+  if (shape.size() > kShown) s += ", ... (" + std::to_string(shape.size()) + " dimensions)";
   return s + "]";
 }
 
@@ -269,13 +278,8 @@ class SafetensorsFile {
 
   /// Opens `path` and reads and validates its header (not the tensor data).
   explicit SafetensorsFile(const std::string& path) : path_(path) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
-      throw FormatError(path + ": cannot open (no such file, or not a regular file)");
-    const uint64_t file_size = std::filesystem::file_size(path, ec);
-    if (ec) throw FormatError(path + ": cannot determine the file size (" + ec.message() + ")");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FormatError(path + ": cannot open for reading");
+    uint64_t file_size = 0;
+    std::ifstream in = open_regular_file(path, &file_size);
     if (file_size < 8)
       throw FormatError(path + ": truncated: expected at least 8 bytes (header length), found " +
                         std::to_string(file_size));
@@ -335,19 +339,21 @@ class SafetensorsFile {
     read(info(name), dst);
   }
 
-  /// As above, for an entry of tensors().
+  /// As above, for an entry of tensors(). With `require_finite`, a NaN or infinite value (after
+  /// the conversion to Scalar, so an F64 beyond float's range counts) throws FormatError naming
+  /// the tensor and the element; the check runs on each block as it is converted.
   template <typename Scalar>
-  void read(const TensorInfo& t, Scalar* dst) const {
+  void read(const TensorInfo& t, Scalar* dst, bool require_finite = false) const {
     const size_t esize = dtype_size(t.dtype);
     const uint64_t total = t.nbytes();
     if (total == 0) return;
     if (memory_) {  // whole buffer is in memory and bounds were validated against it
-      detail::decode(t.dtype, memory_ + data_start_ + t.begin, static_cast<size_t>(total / esize),
-                     dst);
+      const size_t count = static_cast<size_t>(total / esize);
+      detail::decode(t.dtype, memory_ + data_start_ + t.begin, count, dst);
+      if (require_finite) check_finite(t, dst, count, 0);
       return;
     }
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) throw FormatError(path_ + ": cannot open for reading tensor " + t.name);
+    std::ifstream in = open_regular_file(path_);
     in.seekg(static_cast<std::streamoff>(data_start_ + t.begin));
     std::vector<uint8_t> block(
         static_cast<size_t>(std::min<uint64_t>(total, detail::kIoBlockBytes)));
@@ -362,12 +368,25 @@ class SafetensorsFile {
                           std::to_string(done + in.gcount()) +
                           " (was the file changed after it was opened?)");
       detail::decode(t.dtype, block.data(), n / esize, dst + done / esize);
+      if (require_finite) check_finite(t, dst + done / esize, n / esize, done / esize);
       done += n;
     }
   }
 
  private:
   SafetensorsFile() = default;
+
+  template <typename Scalar>
+  void check_finite(const TensorInfo& t, const Scalar* values, size_t count, uint64_t first) const {
+    for (size_t i = 0; i < count; ++i) {
+      if (std::isfinite(values[i])) continue;
+      const char* what = std::isnan(values[i]) ? "NaN" : values[i] > 0 ? "+inf" : "-inf";
+      throw FormatError(path_ + ": tensor " + name_excerpt(t.name) + ": element " +
+                        std::to_string(first + i) + " of " + std::to_string(t.numel()) + " is " +
+                        what + " (as " + (sizeof(Scalar) == 4 ? "float" : "double") +
+                        "): expected finite weights");
+    }
+  }
 
   const TensorInfo* find(const std::string& name) const {
     auto it =
@@ -388,13 +407,13 @@ class SafetensorsFile {
   }
 
   void parse_header(const char* text, size_t size) {
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(text, text + size);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(path_ + ": header is not valid JSON (" + e.what() + ")");
-    }
-    if (!header.is_object())
+    // The reference implementation refuses a header that does not begin with '{' (no leading
+    // whitespace); trailing spaces are its padding.
+    if (size == 0 || text[0] != '{')
+      throw FormatError(path_ + ": header is not a JSON object: expected it to begin with '{', " +
+                        "found " + excerpt(std::string_view(text, std::min<size_t>(size, 16)), 16));
+    const nlohmann::json header = parse_json(std::string_view(text, size), path_, "header");
+    if (!header.is_object())  // e.g. "{}x" is caught by the parser; kept as a guard
       throw FormatError(path_ + ": header is not a JSON object: expected object, found " +
                         std::string(header.type_name()));
     try {
@@ -407,7 +426,7 @@ class SafetensorsFile {
     } catch (const nlohmann::json::exception& e) {  // a type check missed above
       throw FormatError(path_ + ": malformed header (" + e.what() + ")");
     }
-    check_overlaps();
+    check_layout();
     std::sort(tensors_.begin(), tensors_.end(),
               [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
   }
@@ -418,8 +437,8 @@ class SafetensorsFile {
                         std::string(m.type_name()));
     for (auto it = m.begin(); it != m.end(); ++it) {
       if (!it.value().is_string())
-        throw FormatError(path_ + ": __metadata__ entry " + it.key() + " must be a string, found " +
-                          std::string(it.value().type_name()));
+        throw FormatError(path_ + ": __metadata__ entry " + name_excerpt(it.key()) +
+                          " must be a string, found " + std::string(it.value().type_name()));
       metadata_[it.key()] = it.value().get<std::string>();
     }
   }
@@ -432,11 +451,11 @@ class SafetensorsFile {
       if (i >= 0) return static_cast<uint64_t>(i);
       throw FormatError(where + ": " + what + " must be >= 0, found " + std::to_string(i));
     }
-    throw FormatError(where + ": " + what + " must be an integer, found " + v.dump());
+    throw FormatError(where + ": " + what + " must be an integer, found " + json_excerpt(v));
   }
 
   TensorInfo parse_entry(const std::string& name, const nlohmann::json& e) const {
-    const std::string where = path_ + ": tensor " + name;
+    const std::string where = path_ + ": tensor " + name_excerpt(name);
     if (!e.is_object())
       throw FormatError(where + ": entry must be a JSON object, found " +
                         std::string(e.type_name()));
@@ -447,32 +466,33 @@ class SafetensorsFile {
 
     const nlohmann::json& dtype = e["dtype"];
     if (!dtype.is_string())
-      throw FormatError(where + ": \"dtype\" must be a string, found " + dtype.dump());
+      throw FormatError(where + ": \"dtype\" must be a string, found " + json_excerpt(dtype));
     if (!dtype_from_name(dtype.get<std::string>(), &t.dtype))
-      throw FormatError(where + ": unknown dtype \"" + dtype.get<std::string>() +
-                        "\" (expected F32, F16, BF16 or F64)");
+      throw FormatError(where + ": unknown dtype " + excerpt(dtype.get<std::string>(), 16) +
+                        " (expected F32, F16, BF16 or F64)");
 
     const nlohmann::json& shape = e["shape"];
     if (!shape.is_array())
-      throw FormatError(where + ": \"shape\" must be an array, found " + shape.dump());
+      throw FormatError(where + ": \"shape\" must be an array, found " + json_excerpt(shape));
     uint64_t numel = 1;
     for (const nlohmann::json& d : shape) {
       const uint64_t dim = non_negative(d, where, "shape dimension");
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
           !detail::checked_mul(numel, dim, &numel) ||
           numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        throw FormatError(where + ": element count of shape " + shape.dump() +
+        throw FormatError(where + ": element count of shape " + json_excerpt(shape) +
                           " overflows 64 bits");
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     uint64_t expected_bytes = 0;
     if (!detail::checked_mul(numel, dtype_size(t.dtype), &expected_bytes))
-      throw FormatError(where + ": byte size of shape " + shape.dump() + " overflows 64 bits");
+      throw FormatError(where + ": byte size of shape " + json_excerpt(shape) +
+                        " overflows 64 bits");
 
     const nlohmann::json& offsets = e["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2)
       throw FormatError(where + ": \"data_offsets\" must be an array [begin, end], found " +
-                        offsets.dump());
+                        json_excerpt(offsets));
     t.begin = non_negative(offsets[0], where, "data_offsets begin");
     t.end = non_negative(offsets[1], where, "data_offsets end");
     if (t.begin > t.end)
@@ -491,24 +511,43 @@ class SafetensorsFile {
     return t;
   }
 
-  // Two tensors sharing bytes would alias each other's data: reject it. Empty tensors
-  // occupy no bytes and cannot overlap anything.
-  void check_overlaps() const {
-    std::vector<const TensorInfo*> by_offset;
-    for (const TensorInfo& t : tensors_)
-      if (t.end > t.begin) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
+  // The reference rule: ordered by (begin, end), each tensor begins where the previous one
+  // ended, the first at 0, and the last ends at the end of the data area. So no two tensors
+  // share bytes (one would alias the other), no bytes lie between them and none trail them.
+  // An empty tensor occupies no bytes but must still sit at such a boundary.
+  void check_layout() const {
+    std::vector<const TensorInfo*> order;
+    order.reserve(tensors_.size());
+    for (const TensorInfo& t : tensors_) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+      if (a->begin != b->begin) return a->begin < b->begin;
+      if (a->end != b->end) return a->end < b->end;
+      return a->name < b->name;
     });
-    for (size_t i = 1; i < by_offset.size(); ++i) {
-      const TensorInfo& prev = *by_offset[i - 1];
-      const TensorInfo& cur = *by_offset[i];
-      if (cur.begin < prev.end)
-        throw FormatError(path_ + ": tensor " + cur.name + ": data_offsets " +
-                          detail::range_string(cur.begin, cur.end) + " overlap tensor " +
-                          prev.name + " at " + detail::range_string(prev.begin, prev.end) +
+    uint64_t covered = 0;
+    const TensorInfo* prev = nullptr;
+    for (const TensorInfo* cur : order) {
+      const std::string where = path_ + ": tensor " + name_excerpt(cur->name) + ": data_offsets " +
+                                detail::range_string(cur->begin, cur->end);
+      if (cur->begin < covered)
+        throw FormatError(where + " overlap tensor " + name_excerpt(prev->name) + " at " +
+                          detail::range_string(prev->begin, prev->end) +
                           ": expected disjoint byte ranges");
+      if (cur->begin > covered)
+        throw FormatError(where + " leave a gap of " + std::to_string(cur->begin - covered) +
+                          " bytes after " +
+                          (prev ? "tensor " + name_excerpt(prev->name) + " at " +
+                                      detail::range_string(prev->begin, prev->end)
+                                : std::string("the start of the data area")) +
+                          ": expected contiguous byte ranges");
+      covered = cur->end;
+      prev = cur;
     }
+    if (covered != data_size_)
+      throw FormatError(path_ + ": the tensors cover " + std::to_string(covered) +
+                        " bytes of the " + std::to_string(data_size_) +
+                        "-byte data area, leaving " + std::to_string(data_size_ - covered) +
+                        " trailing bytes: expected the tensors to cover it exactly");
   }
 
   std::string path_;

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/file.hpp"
+#include "retnet/core/json.hpp"
 #include "retnet/ops/activation.hpp"
 #include "retnet/ops/norm.hpp"
 
@@ -79,9 +82,15 @@ struct ModelConfig {
     ModelConfig c;
     auto required = [&](const char* key) -> int64_t {
       if (!j.contains(key)) throw FormatError(source + ": missing required key \"" + key + "\"");
-      if (!j[key].is_number_integer())
-        throw FormatError(source + ": key \"" + key + "\" must be an integer");
-      return j[key].get<int64_t>();
+      const nlohmann::json& v = j[key];
+      if (!v.is_number_integer())
+        throw FormatError(source + ": key \"" + key + "\" must be an integer, found " +
+                          json_excerpt(v));
+      if (v.is_number_unsigned() &&
+          v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        throw FormatError(source + ": key \"" + key + "\" = " + json_excerpt(v) +
+                          " does not fit in 64-bit signed integers");
+      return v.get<int64_t>();
     };
     auto flag = [&](const char* key, bool fallback) {
       if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -104,7 +113,7 @@ struct ModelConfig {
       else if (a == "swish" || a == "silu")
         c.activation = Activation::kSwish;
       else
-        throw FormatError(source + ": activation_fn \"" + a + "\" is not gelu or swish");
+        throw FormatError(source + ": activation_fn " + excerpt(a) + " is not gelu or swish");
     }
     if (j.contains("norm_type") && !j["norm_type"].is_null()) {
       if (!j["norm_type"].is_string()) throw FormatError(source + ": norm_type must be a string");
@@ -114,7 +123,7 @@ struct ModelConfig {
       else if (n == "layernorm")
         c.norm = NormKind::kLayerNorm;
       else
-        throw FormatError(source + ": norm_type \"" + n + "\" is not rmsnorm or layernorm");
+        throw FormatError(source + ": norm_type " + excerpt(n) + " is not rmsnorm or layernorm");
     }
     if (j.contains("layernorm_eps")) {
       if (!j["layernorm_eps"].is_number())
@@ -133,16 +142,13 @@ struct ModelConfig {
     return c;
   }
 
+  /// Largest config.json read (real ones are a few KB); checked before the file is read.
+  static constexpr uint64_t kMaxFileBytes = 16ull << 20;
+
+  /// Reads `path`, a regular file of at most kMaxFileBytes holding one JSON object of bounded
+  /// depth without duplicate keys (see parse_json), and converts it with from_json.
   static ModelConfig load(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw FormatError(path + ": cannot open");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(path + ": not valid JSON (" + e.what() + ")");
-    }
-    return from_json(j, path);
+    return from_json(parse_json(read_regular_file(path, kMaxFileBytes, "config"), path), path);
   }
 
   nlohmann::json to_json() const {

@@ -48,6 +48,7 @@ class RetNetModel {
     config_.validate();
     check_shapes();
     layer_params_ = layer_params(config_);
+    fingerprint_ = model_fingerprint(config_, weights_);
   }
   RetNetModel(RetNetModel&&) = default;
   RetNetModel(const RetNetModel&) = delete;  // weights are large: share one model instead
@@ -55,6 +56,9 @@ class RetNetModel {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights<Scalar>& weights() const { return weights_; }
+  /// model_fingerprint() of this model, stored in its state files so that a state is never
+  /// continued by another model of the same shapes.
+  uint64_t fingerprint() const { return fingerprint_; }
 
   /// A zero state for `batch` sequences at position 0.
   ModelState<Scalar> new_state(Index batch) const {
@@ -297,6 +301,7 @@ class RetNetModel {
   ModelConfig config_;
   ModelWeights<Scalar> weights_;
   DecoderLayerParams<Scalar> layer_params_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace retnet

@@ -51,26 +51,36 @@ struct GenerationState {
   int64_t prompt_tokens = 0;
   double prompt_seconds = 0;
 
-  void save(std::ostream& out) const {
-    model.save(out);
+  /// Writes the generation for the model whose fingerprint() is given.
+  void save(std::ostream& out, uint64_t model_fingerprint) const {
+    model.save(out, model_fingerprint);
     const uint64_t n = recent.size();
     out.write(reinterpret_cast<const char*>(&pending), sizeof pending);
     out.write(reinterpret_cast<const char*>(&n), sizeof n);
     out.write(reinterpret_cast<const char*>(recent.data()), std::streamsize(n * sizeof(int32_t)));
     if (!out) throw Error("GenerationState::save: write failed");
   }
+  /// Reads a generation saved for `model`: refuses another model's state, any header field out
+  /// of range, and trailing bytes. Memory follows the bytes that actually arrive.
   static GenerationState load(std::istream& in, const RetNetModel<Scalar>& model,
                               const std::string& source = "state") {
     GenerationState g;
-    g.model = ModelState<Scalar>::load(in, model.new_state(1), source);
+    g.model = ModelState<Scalar>::load(in, model.new_state(1), model.fingerprint(), source);
     require_format(g.model.batch() == 1, source + ": a generation state holds one sequence");
     uint64_t n = 0;
     in.read(reinterpret_cast<char*>(&g.pending), sizeof g.pending);
     in.read(reinterpret_cast<char*>(&n), sizeof n);
     require_format(bool(in) && n <= (uint64_t(1) << 24), source + ": truncated generation state");
-    g.recent.resize(n);
-    in.read(reinterpret_cast<char*>(g.recent.data()), std::streamsize(n * sizeof(int32_t)));
-    require_format(bool(in), source + ": truncated generation state");
+    constexpr uint64_t kBlock = 1 << 16;  // tokens read at a time
+    for (uint64_t done = 0; done < n;) {
+      const uint64_t k = std::min(kBlock, n - done);
+      g.recent.resize(done + k);
+      in.read(reinterpret_cast<char*>(g.recent.data() + done),
+              std::streamsize(k * sizeof(int32_t)));
+      require_format(bool(in), source + ": truncated generation state");
+      done += k;
+    }
+    expect_end_of_state(in, source);
     const auto vocab = model.config().vocab_size;
     require_format(g.pending >= 0 && g.pending < vocab, source + ": pending token out of range");
     for (int32_t t : g.recent) require_format(t >= 0 && t < vocab, source + ": token out of range");
