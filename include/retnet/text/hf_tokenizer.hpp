@@ -945,6 +945,7 @@ class HfTokenizer : public Tokenizer {
     std::string scratch;
   };
   static constexpr size_t kMaxCachedBytes = 256;            // Hugging Face's MAX_LENGTH
+  static constexpr size_t kShortWord = 24;                  // merge_short up to this many symbols
   static constexpr size_t kMaxCachedIds = size_t(1) << 24;  // bound on one call's cache
 
   void encode_text(std::string_view text, EncodeState& st, std::vector<int32_t>& out) const {
@@ -1152,8 +1153,28 @@ class HfTokenizer : public Tokenizer {
   void merge_word(std::string_view word, EncodeState& st, std::vector<int32_t>& out) const {
     std::vector<Symbol>& sym = st.symbols;
     sym.clear();
+    // Long words go out part by part: the symbols so far are merged (or found in the cache)
+    // as soon as the next one may be cut from them.
+    const bool cut = word.size() > kMaxCachedBytes && segmentable_;
+    hf_detail::StringTable& cache = ignore_merges_ ? st.segment_cache : st.word_cache;
+    size_t part_begin = 0, part_end = 0;  // bytes of the part in sym
+    const auto flush_part = [&] {
+      const std::string_view key = word.substr(part_begin, part_end - part_begin);
+      if (key.size() > kMaxCachedBytes) {
+        merge_symbols(0, sym.size(), st, out);
+      } else if (!append_cached(cache, key, st, out)) {
+        const size_t before = out.size();
+        merge_symbols(0, sym.size(), st, out);
+        store_cached(cache, key, st, out, before);
+      }
+      sym.clear();
+      part_begin = part_end;
+    };
     const auto add = [&](int32_t id, size_t start, size_t len, bool plain) {
-      sym.push_back(Symbol{id, 0, 0, uint32_t(start), uint32_t(len), plain});
+      const Symbol s{id, 0, 0, uint32_t(start), uint32_t(len), plain};
+      if (cut && !sym.empty() && can_cut(sym.back(), s)) flush_part();
+      sym.push_back(s);
+      part_end = std::max(part_end, start + len);
     };
     std::optional<std::pair<int32_t, std::pair<size_t, size_t>>> unk;  // pending (id, start, len)
     const auto flush_unk = [&] {
@@ -1161,24 +1182,12 @@ class HfTokenizer : public Tokenizer {
       unk.reset();
     };
     const bool affixes = !prefix_.empty() || !suffix_.empty();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(word.data());
     for (size_t i = 0; i < word.size();) {
-      const size_t len = byte_level_ ? 1 : hf_detail::unit_length(word, i);
+      size_t len = 1;
       int32_t id = -1;
-      if (!affixes) {
-        const auto* p = reinterpret_cast<const unsigned char*>(word.data()) + i;
-        if (byte_level_) {
-          id = byte_ids_[p[0]];
-        } else {
-          const size_t n = hf_detail::utf8_length(p, len);
-          const uint32_t cp = n ? hf_detail::code_point(p, n) : 0xFFFFFFFFu;
-          if (cp < char_ids_.size()) {
-            id = char_ids_[cp];
-          } else if (n) {
-            const int64_t* v = vocab_.find(word.substr(i, len));
-            id = v ? int32_t(*v) : -1;
-          }
-        }
-      } else {
+      if (affixes) {
+        len = byte_level_ ? 1 : hf_detail::unit_length(word, i);
         std::string& s = st.scratch;
         s.clear();
         if (i > 0) s += prefix_;
@@ -1186,6 +1195,20 @@ class HfTokenizer : public Tokenizer {
         if (i + len == word.size()) s += suffix_;
         const int64_t* v = vocab_.find(s);
         id = v ? int32_t(*v) : -1;
+      } else if (byte_level_) {
+        id = byte_ids_[bytes[i]];
+      } else if (bytes[i] < 0x80) {
+        id = char_ids_[bytes[i]];
+      } else {
+        const size_t n = hf_detail::utf8_length(bytes + i, word.size() - i);
+        len = n ? n : 1;
+        const uint32_t cp = n ? hf_detail::code_point(bytes + i, n) : 0xFFFFFFFFu;
+        if (cp < char_ids_.size()) {
+          id = char_ids_[cp];
+        } else if (n) {
+          const int64_t* v = vocab_.find(word.substr(i, len));
+          id = v ? int32_t(*v) : -1;
+        }
       }
       if (id >= 0) {
         flush_unk();
@@ -1194,6 +1217,7 @@ class HfTokenizer : public Tokenizer {
                  std::all_of(word.begin() + i, word.begin() + i + len, [&](char c) {
                    return byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0;
                  })) {
+        // (A pending unk goes after these bytes, as in Hugging Face's merge_word.)
         for (size_t k = 0; k < len; ++k)
           add(byte_fallback_ids_[static_cast<unsigned char>(word[i + k])], i + k, 1, false);
       } else if (unk_id_) {
@@ -1208,32 +1232,19 @@ class HfTokenizer : public Tokenizer {
     }
     flush_unk();
     if (sym.empty()) return;
-
-    if (word.size() <= kMaxCachedBytes || !segmentable_) {
+    if (cut)
+      flush_part();
+    else
       merge_symbols(0, sym.size(), st, out);
-      return;
-    }
-    hf_detail::StringTable& cache = ignore_merges_ ? st.segment_cache : st.word_cache;
-    size_t first = 0;
-    for (size_t i = 1; i <= sym.size(); ++i) {
-      if (i < sym.size() && !can_cut(sym[i - 1], sym[i])) continue;
-      const size_t begin_byte = sym[first].start;
-      const size_t end_byte = sym[i - 1].start + sym[i - 1].len;
-      const std::string_view key = word.substr(begin_byte, end_byte - begin_byte);
-      if (key.size() > kMaxCachedBytes) {
-        merge_symbols(first, i, st, out);
-      } else if (!append_cached(cache, key, st, out)) {
-        const size_t before = out.size();
-        merge_symbols(first, i, st, out);
-        store_cached(cache, key, st, out, before);
-      }
-      first = i;
-    }
   }
 
-  /// Whether no merge can ever join a symbol ending with `l` to one starting with `r`.
+  /// Whether no merge can ever join a symbol ending with `l` to one starting with `r`: then
+  /// the word can be cut between them and the parts merged on their own.
   bool can_cut(const Symbol& l, const Symbol& r) const {
-    if (!l.plain || !r.plain) return false;
+    if (l.start + l.len != r.start) return false;  // (pending unk after byte fallback)
+    // A symbol that no merge names stays on its own (a newline's byte token, say).
+    if (!in_merge_[size_t(l.id)] || !in_merge_[size_t(r.id)]) return true;
+    if (!l.plain || !r.plain || !partners_known_) return false;
     const int32_t* partners = &left_partners_[size_t(r.id) * 4];
     if (partners[0] < 0) return false;
     for (int32_t k = 0; k < partners[0]; ++k)
@@ -1248,6 +1259,10 @@ class HfTokenizer : public Tokenizer {
     const size_t n = last - first;
     if (n == 1) {
       out.push_back(sym[first].id);
+      return;
+    }
+    if (n <= kShortWord) {
+      merge_short(&sym[first], n, out);
       return;
     }
     for (size_t i = first; i < last; ++i) {
@@ -1287,6 +1302,36 @@ class HfTokenizer : public Tokenizer {
     }
     for (int32_t i = int32_t(first); i >= 0; i = sym[size_t(i)].next)
       out.push_back(sym[size_t(i)].id);
+  }
+
+  /// The same merges for a few symbols, without the queue: the pair of lowest rank (leftmost
+  /// of equal ranks) is found by a scan, merged, and its two neighbouring pairs looked up again.
+  /// Quadratic, so only for short words, where it is faster than the queue.
+  void merge_short(const Symbol* symbols, size_t n, std::vector<int32_t>& out) const {
+    constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+    int32_t ids[kShortWord];
+    uint32_t rank[kShortWord];
+    int32_t merged[kShortWord];
+    for (size_t i = 0; i < n; ++i) ids[i] = symbols[i].id;
+    const auto look = [&](size_t i) {
+      const auto* m = merges_.find(ids[i], ids[i + 1]);
+      rank[i] = m ? m->rank : kNone;
+      merged[i] = m ? m->id : 0;
+    };
+    for (size_t i = 0; i + 1 < n; ++i) look(i);
+    while (n > 1) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < n; ++i)
+        if (rank[i] < rank[best]) best = i;
+      if (rank[best] == kNone) break;
+      ids[best] = merged[best];
+      --n;
+      for (size_t i = best + 1; i < n; ++i) ids[i] = ids[i + 1];
+      for (size_t i = best + 1; i + 1 < n; ++i) rank[i] = rank[i + 1], merged[i] = merged[i + 1];
+      if (best > 0) look(best - 1);
+      if (best + 1 < n) look(best);
+    }
+    out.insert(out.end(), ids, ids + n);
   }
 
   void truncate(std::vector<int32_t>& ids, bool add_special_tokens) const {
@@ -1681,7 +1726,9 @@ class HfTokenizer : public Tokenizer {
     const Json& merges = r.array(m, "merges", where);
     merges_.reserve(merges.size());
     left_partners_.assign(id_to_token_.size() * 4, 0);
-    segmentable_ = prefix_.empty() && suffix_.empty();
+    in_merge_.assign(id_to_token_.size(), 0);
+    segmentable_ = prefix_.empty() && suffix_.empty();  // symbols do not depend on position
+    partners_known_ = true;
     uint32_t rank = 0;
     std::string a, b, joined;
     for (size_t i = 0; i < merges.size(); ++i) {
@@ -1729,6 +1776,7 @@ class HfTokenizer : public Tokenizer {
         r.fail(at + " " + hf_detail::quote(a + " " + b) + " makes " +
                hf_detail::quote(byte_level_ ? a + b : joined) + ", which is not in model.vocab");
       merges_.assign(int32_t(*a_id), int32_t(*b_id), {this_rank, int32_t(*merged)});
+      in_merge_[size_t(*a_id)] = in_merge_[size_t(*b_id)] = 1;
       note_partners(a_key, b_key);
     }
   }
@@ -1736,16 +1784,17 @@ class HfTokenizer : public Tokenizer {
   /// Records that a merge can join a symbol ending with the last unit of `a` to one starting
   /// with the first unit of `b` (left_partners_ of that first unit: up to three, or "many").
   void note_partners(std::string_view a, std::string_view b) {
-    if (!segmentable_ || a.empty() || b.empty()) {
-      segmentable_ = false;
+    if (!partners_known_) return;
+    if (a.empty() || b.empty()) {
+      partners_known_ = false;
       return;
     }
     const size_t a_last = byte_level_ ? a.size() - 1 : previous_unit(a, a.size());
     const size_t b_len = byte_level_ ? 1 : hf_detail::unit_length(b, 0);
     const int64_t* l = vocab_.find(a.substr(a_last));
     const int64_t* f = vocab_.find(b.substr(0, b_len));
-    if (!l || !f) {  // a unit that is no token of its own: do not cut at all
-      segmentable_ = false;
+    if (!l || !f) {  // a unit that is no token of its own: cut only next to unmerged symbols
+      partners_known_ = false;
       return;
     }
     int32_t* p = &left_partners_[size_t(*f) * 4];
@@ -2083,7 +2132,8 @@ class HfTokenizer : public Tokenizer {
   std::array<int32_t, 256> byte_ids_{}, byte_fallback_ids_{};
   std::vector<int32_t> char_ids_;       // code point < 0x10000 -> one-character token
   std::vector<int32_t> left_partners_;  // per id: [count or -1 for many, up to 3 ids]
-  bool segmentable_ = true;
+  std::vector<uint8_t> in_merge_;       // per id: named by some merge
+  bool segmentable_ = true, partners_known_ = true;
   std::optional<int32_t> unk_id_;
   std::string prefix_, suffix_;
   bool byte_level_ = false, byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
