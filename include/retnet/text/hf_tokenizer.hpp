@@ -185,18 +185,23 @@ inline const std::array<int16_t, 512>& char_to_byte() {
 
 /// The bytes a byte-level token string stands for; nullopt if one of its characters is not in
 /// the table (such a token can never come out of the byte-level pre-tokenizer).
-inline std::optional<std::string> byte_level_to_bytes(std::string_view token) {
-  std::string out;
-  out.reserve(token.size());
+inline bool byte_level_to_bytes(std::string_view token, std::string& out) {
+  out.clear();
   const auto* p = reinterpret_cast<const unsigned char*>(token.data());
+  const auto& table = char_to_byte();
   for (size_t i = 0; i < token.size();) {
     const size_t len = utf8_length(p + i, token.size() - i);
-    if (len == 0) return std::nullopt;
+    if (len == 0) return false;
     const uint32_t cp = code_point(p + i, len);
-    if (cp >= 512 || char_to_byte()[cp] < 0) return std::nullopt;
-    out.push_back(char(char_to_byte()[cp]));
+    if (cp >= 512 || table[cp] < 0) return false;
+    out.push_back(char(table[cp]));
     i += len;
   }
+  return true;
+}
+inline std::optional<std::string> byte_level_to_bytes(std::string_view token) {
+  std::string out;
+  if (!byte_level_to_bytes(token, out)) return std::nullopt;
   return out;
 }
 
@@ -312,6 +317,14 @@ class Regex {
 
 // ---- Hash tables ----------------------------------------------------------------------------
 
+inline void prefetch(const void* p) {
+#if defined(__GNUC__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
+}
+
 inline uint64_t mix64(uint64_t x) {
   x ^= x >> 32;
   x *= 0xd6e8feb86659fd93ull;
@@ -337,20 +350,25 @@ inline uint64_t hash_bytes(std::string_view s) {
   return mix64(h ^ v ^ (uint64_t(n) << 59));
 }
 
-/// Open-addressing map from byte strings to int64 values; keys live in one buffer, lookups
-/// take a string_view and allocate nothing.
+/// Open-addressing map from byte strings to int64 values; lookups take a string_view and
+/// allocate nothing. Keys of up to 8 bytes are kept in the slot itself (most tokens: a lookup
+/// then touches one cache line), longer ones in one shared buffer.
 class StringTable {
  public:
   StringTable() { rehash(16); }
 
-  const int64_t* find(std::string_view key) const {
-    const uint64_t h = hash_bytes(key) | 1;  // 0 marks an empty slot
+  const int64_t* find(std::string_view key) const { return find(key, hash_bytes(key)); }
+
+  /// find with the key's hash_bytes computed already; prefetch(h) beforehand hides the
+  /// memory latency when many lookups are made in a row.
+  void prefetch(uint64_t h) const { hf_detail::prefetch(&slots_[h & mask_]); }
+  const int64_t* find(std::string_view key, uint64_t h) const {
+    const uint32_t tag = uint32_t(h >> 32) | 1;  // 0 marks an empty slot
+    const uint64_t inline_key = pack(key);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
-      if (s.hash == 0) return nullptr;
-      if (s.hash == h && s.length == key.size() &&
-          std::memcmp(keys_.data() + s.offset, key.data(), key.size()) == 0)
-        return &s.value;
+      if (s.tag == 0) return nullptr;
+      if (s.tag == tag && s.length == key.size() && same(s, key, inline_key)) return &s.value;
     }
   }
 
@@ -372,32 +390,46 @@ class StringTable {
     if (want > slots_.size()) rehash(want);
   }
   size_t size() const { return size_; }
-  size_t key_bytes() const { return keys_.size(); }
 
  private:
   struct Slot {
-    uint64_t hash = 0;
-    uint64_t offset = 0;
-    uint64_t length = 0;
+    uint32_t tag = 0;
+    uint32_t length = 0;
+    uint64_t data = 0;  // the key's bytes if it has up to 8, else its offset in keys_
     int64_t value = 0;
   };
 
+  static uint64_t pack(std::string_view key) {
+    uint64_t v = 0;
+    if (key.size() <= 8) std::memcpy(&v, key.data(), key.size());
+    return v;
+  }
+  bool same(const Slot& s, std::string_view key, uint64_t inline_key) const {
+    return key.size() <= 8 ? s.data == inline_key
+                           : std::memcmp(keys_.data() + s.data, key.data(), key.size()) == 0;
+  }
+
   int64_t* slot_for(std::string_view key) {
+    if (key.size() > std::numeric_limits<uint32_t>::max()) throw std::length_error("key too long");
     if (2 * (size_ + 1) > slots_.size()) rehash(2 * slots_.size());
-    const uint64_t h = hash_bytes(key) | 1;
+    const uint64_t h = hash_bytes(key);
+    const uint32_t tag = uint32_t(h >> 32) | 1;
+    const uint64_t inline_key = pack(key);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
-      if (s.hash == 0) {
-        s.hash = h;
-        s.offset = keys_.size();
-        s.length = key.size();
-        keys_.append(key.data(), key.size());
+      if (s.tag == 0) {
+        s.tag = tag;
+        s.length = uint32_t(key.size());
+        if (key.size() <= 8) {
+          s.data = inline_key;
+        } else {
+          s.data = keys_.size();
+          keys_.append(key.data(), key.size());
+        }
         ++size_;
         return &s.value;
       }
-      if (s.hash == h && s.length == key.size() &&
-          std::memcmp(keys_.data() + s.offset, key.data(), key.size()) == 0)
-        return &s.value;
+      if (s.tag == tag && s.length == key.size() && same(s, key, inline_key)) return &s.value;
     }
   }
 
@@ -406,9 +438,12 @@ class StringTable {
     slots_.assign(n, Slot());
     mask_ = n - 1;
     for (const Slot& s : old) {
-      if (s.hash == 0) continue;
-      size_t i = s.hash & mask_;
-      while (slots_[i].hash != 0) i = (i + 1) & mask_;
+      if (s.tag == 0) continue;
+      const std::string_view key =
+          s.length <= 8 ? std::string_view(reinterpret_cast<const char*>(&s.data), s.length)
+                        : std::string_view(keys_.data() + s.data, s.length);
+      size_t i = hash_bytes(key) & mask_;
+      while (slots_[i].tag != 0) i = (i + 1) & mask_;
       slots_[i] = s;
     }
   }
@@ -438,9 +473,13 @@ class MergeTable {
     }
   }
 
+  void prefetch(int32_t a, int32_t b) const {
+    hf_detail::prefetch(&slots_[mix64(pack(a, b)) & mask_]);
+  }
+
   /// Inserts or overwrites (a later duplicate of a merge wins, as in Hugging Face's map).
   void assign(int32_t a, int32_t b, Merge m) {
-    if (2 * (size_ + 1) > slots_.size()) rehash(2 * slots_.size());
+    if (4 * (size_ + 1) > 3 * slots_.size()) rehash(2 * slots_.size());
     const uint64_t key = pack(a, b);
     for (size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
@@ -459,7 +498,7 @@ class MergeTable {
 
   void reserve(size_t n) {
     size_t want = 16;
-    while (want < 2 * n) want *= 2;
+    while (3 * want < 4 * n) want *= 2;
     if (want > slots_.size()) rehash(want);
   }
   size_t size() const { return size_; }
@@ -773,6 +812,174 @@ inline Json parse_json(std::string_view text, const std::string& source) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     throw FormatError(source + ": not valid JSON: " + what);
   }
+}
+
+/// tokenizer.json read in one pass: a DOM of everything but model.vocab and model.merges,
+/// whose entries go to flat arrays instead (a DOM of Llama 3's 128000-entry vocabulary object
+/// and 280000-entry merges array would cost more than all the rest of loading).
+struct TokenizerJsonParts {
+  struct Merge {
+    std::string a, b;  // b unused for a merge given as one "a b" string
+    bool line = false;
+  };
+  Json root;
+  bool has_vocab = false, has_merges = false;
+  std::vector<std::pair<std::string, int64_t>> vocab;  // in file order
+  std::vector<Merge> merges;
+};
+
+/// nlohmann's SAX interface, building TokenizerJsonParts.
+class TokenizerJsonSax {
+ public:
+  using number_integer_t = int64_t;
+  using number_unsigned_t = uint64_t;
+  using number_float_t = double;
+  using string_t = std::string;
+  using binary_t = Json::binary_t;
+
+  explicit TokenizerJsonSax(TokenizerJsonParts& out) : out_(out) {}
+
+  /// Set when parsing stopped: a syntax error, or a vocabulary or merges entry of a wrong type.
+  const std::string& error() const { return error_; }
+  bool syntax_error() const { return syntax_; }
+
+  bool null() { return value(Json(nullptr)); }
+  bool boolean(bool v) { return value(Json(v)); }
+  bool number_integer(int64_t v) { return in(Kind::kVocab) ? vocab_entry(v) : value(Json(v)); }
+  bool number_unsigned(uint64_t v) {
+    return in(Kind::kVocab) ? vocab_entry(int64_t(std::min<uint64_t>(v, uint64_t(INT64_MAX))))
+                            : value(Json(v));
+  }
+  bool number_float(double v, const std::string&) { return value(Json(v)); }
+  bool binary(binary_t& v) { return value(Json::binary(std::move(v))); }
+  bool string(std::string& v) {
+    if (in(Kind::kMerges)) {
+      out_.merges.push_back({std::move(v), std::string(), true});
+      return true;
+    }
+    if (in(Kind::kMergePair)) {
+      Frame& f = frames_.back();
+      if (f.count >= 2) return bad_merge();
+      std::string& part = f.count++ == 0 ? out_.merges.back().a : out_.merges.back().b;
+      part = std::move(v);
+      return true;
+    }
+    return value(Json(std::move(v)));
+  }
+  bool start_object(size_t) {
+    if (in(Kind::kModel) && key_ == "vocab") {
+      out_.has_vocab = true;
+      out_.vocab.clear();
+      frames_.push_back({nullptr, Kind::kVocab, 0});
+      return true;
+    }
+    return open(Json::object());
+  }
+  bool key(std::string& k) {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return true;
+  }
+  bool start_array(size_t) {
+    if (in(Kind::kModel) && key_ == "merges") {
+      out_.has_merges = true;
+      out_.merges.clear();
+      frames_.push_back({nullptr, Kind::kMerges, 0});
+      return true;
+    }
+    if (in(Kind::kMerges)) {
+      out_.merges.push_back({});
+      frames_.push_back({nullptr, Kind::kMergePair, 0});
+      return true;
+    }
+    return open(Json::array());
+  }
+  bool end_array() {
+    if (in(Kind::kMergePair) && frames_.back().count != 2) return bad_merge();
+    frames_.pop_back();
+    return true;
+  }
+  bool parse_error(size_t, const std::string&, const Json::exception& e) {
+    error_ = std::string("not valid JSON: ") + e.what();
+    std::replace(error_.begin(), error_.end(), '\n', ' ');
+    syntax_ = true;
+    return false;
+  }
+
+ private:
+  enum class Kind { kDom, kModel, kVocab, kMerges, kMergePair };
+  struct Frame {
+    Json* container;
+    Kind kind;
+    size_t count;
+  };
+
+  bool in(Kind k) const { return !frames_.empty() && frames_.back().kind == k; }
+
+  Json* insert(Json v) {
+    if (frames_.empty()) {
+      out_.root = std::move(v);
+      return &out_.root;
+    }
+    Json& c = *frames_.back().container;
+    if (c.is_object()) {
+      Json& slot = c[key_];
+      slot = std::move(v);
+      return &slot;
+    }
+    c.push_back(std::move(v));
+    return &c.back();
+  }
+  bool value(Json v) {
+    if (in(Kind::kVocab)) return fail("model.vocab[" + quote(key_) + "] must be an integer");
+    if (in(Kind::kMerges) || in(Kind::kMergePair)) return bad_merge();
+    insert(std::move(v));
+    return true;
+  }
+  bool open(Json container) {
+    if (in(Kind::kVocab) || in(Kind::kMerges) || in(Kind::kMergePair)) return value(Json());
+    const bool model = frames_.size() == 1 && key_ == "model" && container.is_object();
+    Json* c = insert(std::move(container));
+    frames_.push_back({c, model ? Kind::kModel : Kind::kDom, 0});
+    return true;
+  }
+  bool vocab_entry(int64_t id) {
+    out_.vocab.emplace_back(std::move(key_), id);
+    return true;
+  }
+  bool bad_merge() {
+    return fail("model.merges[" + std::to_string(out_.merges.size() - (in(Kind::kMerges) ? 0 : 1)) +
+                "] must be \"a b\" or [\"a\", \"b\"]");
+  }
+  bool fail(std::string message) {
+    error_ = std::move(message);
+    return false;
+  }
+
+  TokenizerJsonParts& out_;
+  std::vector<Frame> frames_;
+  std::string key_;
+  std::string error_;
+  bool syntax_ = false;
+};
+
+inline TokenizerJsonParts parse_tokenizer_json(std::string_view text, const std::string& source) {
+  TokenizerJsonParts parts;
+  TokenizerJsonSax sax(parts);
+  bool ok = false;
+  try {
+    ok = Json::sax_parse(text.begin(), text.end(), &sax);
+  } catch (const Json::exception& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    throw FormatError(source + ": not valid JSON: " + what);
+  }
+  if (!ok)
+    throw FormatError(source + ": " + (sax.error().empty() ? "not valid JSON" : sax.error()));
+  return parts;
 }
 
 inline std::string read_text_file(const std::filesystem::path& path) {
@@ -1487,7 +1694,8 @@ class HfTokenizer : public Tokenizer {
   // ---- Loading ----
 
   void parse(std::string_view text, const std::string& source) {
-    const Json root = hf_detail::parse_json(text, source);
+    hf_detail::TokenizerJsonParts parts = hf_detail::parse_tokenizer_json(text, source);
+    const Json& root = parts.root;
     const JsonReader r(source);
     try {
       if (!root.is_object()) r.fail("the top level must be an object");
@@ -1495,7 +1703,7 @@ class HfTokenizer : public Tokenizer {
           version && *version != "1.0")
         r.fail("unknown tokenizer.json version '" + *version + "' (expected 1.0)");
       parse_pre_tokenizer(r, root);  // first: the model needs to know whether it is byte-level
-      parse_model(r, r.require(root, "model", "tokenizer"));
+      parse_model(r, r.require(root, "model", "tokenizer"), parts);
       parse_normalizer(r, root);
       parse_added_tokens(r, root);
       parse_post_processor(r, root);
@@ -1633,7 +1841,7 @@ class HfTokenizer : public Tokenizer {
     normalizers_.push_back(std::move(step));
   }
 
-  void parse_model(const JsonReader& r, const Json& m) {
+  void parse_model(const JsonReader& r, const Json& m, hf_detail::TokenizerJsonParts& parts) {
     const std::string where = "model";
     if (!m.is_object()) r.fail("model must be an object");
     const std::string type = r.find(m, "type", where) ? r.type(m, where) : "BPE";
@@ -1658,39 +1866,52 @@ class HfTokenizer : public Tokenizer {
       }
     }
 
-    // Vocabulary.
-    const Json& vocab = r.require(m, "vocab", where);
-    if (!vocab.is_object()) r.fail("model.vocab must be an object of token: id");
-    if (vocab.empty()) r.fail("model.vocab is empty");
-    const int64_t max_id = int64_t(2 * vocab.size() + 4096);  // ids must be dense-ish
-    vocab_.reserve(vocab.size());
-    std::vector<std::pair<int32_t, const std::string*>> entries;
-    entries.reserve(vocab.size());
+    // Vocabulary (a repeated token keeps its last id, as in Hugging Face's map).
+    if (!parts.has_vocab)
+      r.fail(r.find(m, "vocab", where) ? "model.vocab must be an object of token: id"
+                                       : "model.vocab is missing");
+    if (parts.vocab.empty()) r.fail("model.vocab is empty");
+    const int64_t max_id = int64_t(2 * parts.vocab.size() + 4096);  // ids must be dense-ish
+    vocab_.reserve(parts.vocab.size());
     int64_t largest = -1;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const int64_t id =
-          r.integer(it.value(), "model.vocab[" + hf_detail::quote(it.key()) + "]", 0, max_id);
-      entries.emplace_back(int32_t(id), &it.key());
+    for (const auto& [token, id] : parts.vocab) {
+      if (id < 0 || id > max_id)
+        r.fail("model.vocab[" + hf_detail::quote(token) + "] is " + std::to_string(id) +
+               ", outside [0, " + std::to_string(max_id) + "] (ids must be dense)");
       largest = std::max(largest, id);
     }
     id_to_token_.assign(size_t(largest + 1), std::string());
     has_token_.assign(size_t(largest + 1), 0);
-    for (const auto& [id, token] : entries) {
-      if (has_token_[size_t(id)])
-        r.fail("model.vocab gives id " + std::to_string(id) + " to both " +
-               hf_detail::quote(id_to_token_[size_t(id)]) + " and " + hf_detail::quote(*token));
-      id_to_token_[size_t(id)] = *token;
-      has_token_[size_t(id)] = 1;
-      if (byte_level_) {
-        if (auto bytes = hf_detail::byte_level_to_bytes(*token))
-          vocab_.assign(*bytes, id);
-        else
-          unmapped_.emplace(*token, id);
-      } else {
-        vocab_.assign(*token, id);
+    std::string bytes;
+    bool repeated = false;
+    const auto key_of = [&](const std::string& token) -> std::optional<std::string_view> {
+      if (!byte_level_) return std::string_view(token);
+      if (!hf_detail::byte_level_to_bytes(token, bytes)) return std::nullopt;
+      return std::string_view(bytes);
+    };
+    for (const auto& [token, id] : parts.vocab) {
+      const auto key = key_of(token);
+      if (!key) {
+        repeated |= !unmapped_.emplace(token, int32_t(id)).second;
+        unmapped_[token] = int32_t(id);
+      } else if (!vocab_.insert(*key, id)) {
+        repeated = true;
+        vocab_.assign(*key, id);
       }
     }
-    vocab_count_ = vocab.size();
+    for (auto& [token, id] : parts.vocab) {
+      if (repeated) {  // keep only the last id of a repeated token
+        const auto key = key_of(token);
+        const int64_t last = key ? *vocab_.find(*key) : unmapped_.at(token);
+        if (last != id) continue;
+      }
+      if (has_token_[size_t(id)])
+        r.fail("model.vocab gives id " + std::to_string(id) + " to both " +
+               hf_detail::quote(id_to_token_[size_t(id)]) + " and " + hf_detail::quote(token));
+      id_to_token_[size_t(id)] = std::move(token);
+      has_token_[size_t(id)] = 1;
+    }
+    vocab_count_ = vocab_.size() + unmapped_.size();
 
     if (const auto unk = r.optional_string(m, "unk_token", where)) {
       const auto id = model_token_id(*unk);
@@ -1722,62 +1943,109 @@ class HfTokenizer : public Tokenizer {
       }
     }
 
-    // Merges.
-    const Json& merges = r.array(m, "merges", where);
-    merges_.reserve(merges.size());
+    // Merges, in batches: the keys of a batch are hashed and their slots prefetched first, so
+    // that the lookups (three per merge, at random places of a table of several megabytes) wait
+    // on memory together rather than one after another.
+    if (!parts.has_merges)
+      r.fail(r.find(m, "merges", where) ? "model.merges must be an array"
+                                        : "model.merges is missing");
+    merges_.reserve(parts.merges.size());
     left_partners_.assign(id_to_token_.size() * 4, 0);
     in_merge_.assign(id_to_token_.size(), 0);
     segmentable_ = prefix_.empty() && suffix_.empty();  // symbols do not depend on position
     partners_known_ = true;
+    struct Item {
+      size_t index;
+      uint32_t rank;
+      std::string_view a, b;  // as tokenizer.json writes them
+      std::string a_bytes, b_bytes, joined;
+      std::string_view a_key, b_key;  // in the model's space
+      bool mapped;
+      uint64_t ha, hb, hj;
+      int64_t a_id, b_id;
+    };
+    constexpr size_t kBatch = 64;
+    std::vector<Item> batch(kBatch);
     uint32_t rank = 0;
-    std::string a, b, joined;
-    for (size_t i = 0; i < merges.size(); ++i) {
-      const Json& e = merges[i];
-      const std::string at = "model.merges[" + std::to_string(i) + "]";
-      if (e.is_string()) {
-        const std::string& line = e.get_ref<const std::string&>();
-        if (line.rfind("#version", 0) == 0) continue;
-        const size_t space = line.find(' ');
-        if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-          r.fail(at + " " + hf_detail::quote(line) + " is not two tokens separated by one space");
-        a = line.substr(0, space);
-        b = line.substr(space + 1);
-      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        a = e[0].get<std::string>();
-        b = e[1].get<std::string>();
-      } else {
-        r.fail(at + " must be \"a b\" or [\"a\", \"b\"]");
+    const auto at = [](size_t i) { return "model.merges[" + std::to_string(i) + "] "; };
+    for (size_t i = 0; i < parts.merges.size();) {
+      size_t count = 0;
+      std::optional<size_t> bad_line;
+      for (; i < parts.merges.size() && count < kBatch; ++i) {
+        const hf_detail::TokenizerJsonParts::Merge& e = parts.merges[i];
+        Item& it = batch[count];
+        if (e.line) {
+          if (e.a.compare(0, 8, "#version") == 0) continue;
+          const size_t space = e.a.find(' ');
+          if (space == std::string::npos || e.a.find(' ', space + 1) != std::string::npos) {
+            bad_line = i;
+            break;
+          }
+          it.a = std::string_view(e.a).substr(0, space);
+          it.b = std::string_view(e.a).substr(space + 1);
+        } else {
+          it.a = e.a;
+          it.b = e.b;
+        }
+        it.index = i;
+        it.rank = rank++;
+        it.a_key = it.a;
+        it.b_key = it.b;
+        it.mapped = true;
+        if (byte_level_) {
+          it.mapped = hf_detail::byte_level_to_bytes(it.a, it.a_bytes) &&
+                      hf_detail::byte_level_to_bytes(it.b, it.b_bytes);
+          it.a_key = it.a_bytes;
+          it.b_key = it.b_bytes;
+        }
+        std::string_view b_rest = it.b_key;  // Hugging Face drops prefix_len bytes of b
+        b_rest.remove_prefix(std::min(prefix_.size(), b_rest.size()));
+        it.joined.assign(it.a_key);
+        it.joined.append(b_rest);
+        it.ha = hf_detail::hash_bytes(it.a_key);
+        it.hb = hf_detail::hash_bytes(it.b_key);
+        it.hj = hf_detail::hash_bytes(it.joined);
+        vocab_.prefetch(it.ha);
+        vocab_.prefetch(it.hb);
+        vocab_.prefetch(it.hj);
+        ++count;
       }
-      const uint32_t this_rank = rank++;
-      // Both tokens and the merged one, in the model's space (raw bytes for byte-level BPE).
-      std::string_view a_key = a, b_key = b;
-      std::optional<std::string> a_bytes, b_bytes;
-      if (byte_level_) {
-        a_bytes = hf_detail::byte_level_to_bytes(a);
-        b_bytes = hf_detail::byte_level_to_bytes(b);
-        if (a_bytes) a_key = *a_bytes;
-        if (b_bytes) b_key = *b_bytes;
-      }
-      const int64_t* a_id = !byte_level_ || a_bytes ? vocab_.find(a_key) : nullptr;
-      const int64_t* b_id = !byte_level_ || b_bytes ? vocab_.find(b_key) : nullptr;
-      if (!a_id || !b_id) {
-        const std::string& missing = a_id ? b : a;
-        if (!byte_level_ || !unmapped_.count(missing))
-          r.fail(at + " " + hf_detail::quote(a + " " + b) + " names " + hf_detail::quote(missing) +
+      size_t kept = 0;
+      for (size_t k = 0; k < count; ++k) {
+        Item& it = batch[k];
+        const int64_t* a_id = it.mapped ? vocab_.find(it.a_key, it.ha) : nullptr;
+        const int64_t* b_id = it.mapped ? vocab_.find(it.b_key, it.hb) : nullptr;
+        if (!a_id || !b_id) {
+          const bool a_known = a_id || model_token_id(std::string(it.a));
+          const bool b_known = b_id || model_token_id(std::string(it.b));
+          if (!a_known || !b_known)
+            r.fail(at(it.index) + hf_detail::quote(std::string(it.a) + " " + std::string(it.b)) +
+                   " names " + hf_detail::quote(a_known ? it.b : it.a) +
+                   ", which is not in model.vocab");
+          continue;  // a token no bytes produce: this merge never applies
+        }
+        const int64_t* merged = vocab_.find(it.joined, it.hj);
+        if (!merged)
+          r.fail(at(it.index) + hf_detail::quote(std::string(it.a) + " " + std::string(it.b)) +
+                 " makes " +
+                 hf_detail::quote(byte_level_ ? std::string(it.a) + std::string(it.b) : it.joined) +
                  ", which is not in model.vocab");
-        continue;  // a token no bytes produce: this merge never applies
+        it.a_id = *a_id;
+        it.b_id = *b_id;
+        it.ha = uint64_t(*merged);  // (reused: the merged id)
+        merges_.prefetch(int32_t(it.a_id), int32_t(it.b_id));
+        if (kept != k) std::swap(batch[kept], batch[k]);
+        ++kept;
       }
-      std::string_view b_rest = b_key;  // Hugging Face drops prefix_len bytes of b
-      b_rest.remove_prefix(std::min(prefix_.size(), b_rest.size()));
-      joined.assign(a_key);
-      joined.append(b_rest);
-      const int64_t* merged = vocab_.find(joined);
-      if (!merged)
-        r.fail(at + " " + hf_detail::quote(a + " " + b) + " makes " +
-               hf_detail::quote(byte_level_ ? a + b : joined) + ", which is not in model.vocab");
-      merges_.assign(int32_t(*a_id), int32_t(*b_id), {this_rank, int32_t(*merged)});
-      in_merge_[size_t(*a_id)] = in_merge_[size_t(*b_id)] = 1;
-      note_partners(a_key, b_key);
+      for (size_t k = 0; k < kept; ++k) {
+        const Item& it = batch[k];
+        merges_.assign(int32_t(it.a_id), int32_t(it.b_id), {it.rank, int32_t(it.ha)});
+        in_merge_[size_t(it.a_id)] = in_merge_[size_t(it.b_id)] = 1;
+        note_partners(it.a_key, it.b_key);
+      }
+      if (bad_line)
+        r.fail(at(*bad_line) + hf_detail::quote(parts.merges[*bad_line].a) +
+               " is not two tokens separated by one space");
     }
   }
 
@@ -1791,21 +2059,33 @@ class HfTokenizer : public Tokenizer {
     }
     const size_t a_last = byte_level_ ? a.size() - 1 : previous_unit(a, a.size());
     const size_t b_len = byte_level_ ? 1 : hf_detail::unit_length(b, 0);
-    const int64_t* l = vocab_.find(a.substr(a_last));
-    const int64_t* f = vocab_.find(b.substr(0, b_len));
-    if (!l || !f) {  // a unit that is no token of its own: cut only next to unmerged symbols
+    const int32_t l = unit_id(a.substr(a_last)), f = unit_id(b.substr(0, b_len));
+    if (l < 0 || f < 0) {  // a unit that is no token of its own: cut only next to unmerged symbols
       partners_known_ = false;
       return;
     }
-    int32_t* p = &left_partners_[size_t(*f) * 4];
+    int32_t* p = &left_partners_[size_t(f) * 4];
     if (p[0] < 0) return;
     for (int32_t k = 0; k < p[0]; ++k)
-      if (p[1 + k] == int32_t(*l)) return;
+      if (p[1 + k] == l) return;
     if (p[0] == 3) {
       p[0] = -1;
       return;
     }
-    p[1 + p[0]++] = int32_t(*l);
+    p[1 + p[0]++] = l;
+  }
+
+  /// The id of the one-unit token `unit` (a byte for byte-level BPE, else a character), or -1.
+  int32_t unit_id(std::string_view unit) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(unit.data());
+    if (byte_level_) return unit.size() == 1 ? byte_ids_[p[0]] : -1;
+    const size_t n = hf_detail::utf8_length(p, unit.size());
+    if (n == unit.size() && n > 0) {
+      const uint32_t cp = hf_detail::code_point(p, n);
+      if (cp < char_ids_.size()) return char_ids_[cp];
+    }
+    const int64_t* v = vocab_.find(unit);
+    return v ? int32_t(*v) : -1;
   }
 
   /// Id of a model token given as tokenizer.json writes it.
