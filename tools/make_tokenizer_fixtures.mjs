@@ -218,6 +218,7 @@ const commonTexts = [
   ["rare_astral", "\u{20731}\u{20779}\u{2053B} \u{1D49C}\u{1D4B7} \u{13000} \u{1F9EC}"],
   ["unicode_spaces", "a\u00a0b\u2003c\u3000d\u200be\u2028f\u0085g \u202fh"],
   ["feff", "x\ufeffy \ufeff z"],
+  ["mongolian_vowel_separator", "a\u180eb c\u180e \u180e\u180ed \u180e\n\u180e x\u180e  \u180e"],
   ["symbols_math", "\u2200x\u2208\u211d: x\u00b2\u22650, \u2211\u1d62 a\u1d62 \u2264 \u221an, " +
                    "\u00bd + \u00bc = \u00be, \u2460\u2461"],
   ["punctuation_runs", "!!!???...,,,;;;:::---___***~~~ ... ?! -- (a) [b] {c} <d>"],

@@ -237,6 +237,73 @@ inline std::optional<std::string> byte_level_to_bytes(std::string_view token) {
 
 // ---- Regular expressions (PCRE2) ------------------------------------------------------------
 
+/// `pattern` with the escapes whose meaning differs between Oniguruma (which Hugging Face
+/// compiles tokenizer.json's patterns with) and PCRE2 spelled out as Oniguruma reads them:
+/// \s and \S are Unicode White_Space (PCRE2's \s also takes U+180E), \w and \W are
+/// letters, marks, numbers and connector punctuation (PCRE2's lack marks), and \h and \H are
+/// hexadecimal digits (horizontal space in PCRE2). Inside a character class \W and \H keep
+/// PCRE2's meaning (a negated set cannot be listed there).
+inline std::string oniguruma_to_pcre2(std::string_view p) {
+  static const std::string word = R"(\p{L}\p{M}\p{N}\p{Pc})";
+  std::string out;
+  out.reserve(p.size() + 16);
+  int depth = 0;  // inside how many character classes
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char e = p[++i];
+      if (e == 'Q') {  // \Q...\E is literal
+        const size_t end = p.find("\\E", i + 1);
+        const size_t stop = end == std::string_view::npos ? p.size() : end + 2;
+        out.append(p.substr(i - 1, stop - (i - 1)));
+        i = stop - 1;
+        continue;
+      }
+      switch (e) {
+        case 's':
+          out += R"(\p{White_Space})";
+          break;
+        case 'S':
+          out += R"(\P{White_Space})";
+          break;
+        case 'w':
+          out += depth ? word : "[" + word + "]";
+          break;
+        case 'W':
+          out += depth ? std::string(R"(\W)") : "[^" + word + "]";
+          break;
+        case 'h':
+          out += depth ? "0-9a-fA-F" : "[0-9a-fA-F]";
+          break;
+        case 'H':
+          out += depth ? R"(\H)" : "[^0-9a-fA-F]";
+          break;
+        default:
+          out.push_back(c);
+          out.push_back(e);
+      }
+      continue;
+    }
+    if (c == '[') {
+      if (depth > 0 && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:] inside a class
+        const size_t end = p.find(":]", i + 2);
+        const size_t stop = end == std::string_view::npos ? p.size() : end + 2;
+        out.append(p.substr(i, stop - i));
+        i = stop - 1;
+        continue;
+      }
+      ++depth;
+      out.push_back(c);
+      if (i + 1 < p.size() && p[i + 1] == '^') out.push_back(p[++i]);
+      if (i + 1 < p.size() && p[i + 1] == ']') out.push_back(p[++i]);  // a leading ] is literal
+      continue;
+    }
+    if (c == ']' && depth > 0) --depth;
+    out.push_back(c);
+  }
+  return out;
+}
+
 /// A compiled pattern (UTF, Unicode properties, JIT when available), matched the way
 /// Oniguruma's find_iter does in Hugging Face's tokenizers: successive non-overlapping matches,
 /// an empty match right after a non-empty one skipped, one character skipped after an empty
@@ -325,8 +392,10 @@ class Regex {
     return reinterpret_cast<const char*>(buffer);
   }
 
-  static Compiled compile(std::string_view pattern, bool literal, bool invalid_utf8,
+  static Compiled compile(std::string_view original, bool literal, bool invalid_utf8,
                           const std::string& what) {
+    const std::string converted = literal ? std::string() : oniguruma_to_pcre2(original);
+    const std::string_view pattern = literal ? original : std::string_view(converted);
     uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     if (invalid_utf8) options |= PCRE2_MATCH_INVALID_UTF;
     int error = 0;
@@ -334,7 +403,7 @@ class Regex {
     pcre2_code_8* code = pcre2_compile_8(reinterpret_cast<PCRE2_SPTR8>(pattern.data()),
                                          pattern.size(), options, &error, &offset, nullptr);
     if (!code)
-      throw FormatError(what + ": pattern " + quote(pattern) + " does not compile: " +
+      throw FormatError(what + ": pattern " + quote(original) + " does not compile: " +
                         message(error) + " (at offset " + std::to_string(offset) + ")");
     Compiled c;
     c.code.reset(code, CodeDeleter());
