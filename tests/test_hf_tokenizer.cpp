@@ -205,6 +205,26 @@ TEST(HfTokenizerTest, EncodesConcurrently) {
   EXPECT_EQ(ok, std::vector<int>(4, 1));
 }
 
+TEST(HfTokenizerTest, PatternsMeanWhatOnigurumaMakesOfThem) {
+  using retnet::hf_detail::oniguruma_to_pcre2;
+  EXPECT_EQ(oniguruma_to_pcre2(R"(\s+(?!\S)|[^\s\p{L}])"),
+            R"(\p{White_Space}+(?!\P{White_Space})|[^\p{White_Space}\p{L}])");
+  EXPECT_EQ(oniguruma_to_pcre2(R"(\w+|[\w-]|\W)"),
+            R"([\p{L}\p{M}\p{N}\p{Pc}]+|[\p{L}\p{M}\p{N}\p{Pc}-]|[^\p{L}\p{M}\p{N}\p{Pc}])");
+  // Escaped backslashes, \Q...\E, a leading ] and POSIX classes are left alone.
+  EXPECT_EQ(oniguruma_to_pcre2(R"(\\s\Q\s\E[]\s][[:space:]\h])"),
+            R"(\\s\Q\s\E[]\p{White_Space}][[:space:]0-9a-fA-F])");
+  // U+180E is no space for Oniguruma (Hugging Face) though PCRE2's own \s takes it: GPT-2's
+  // expression cuts "x<180E>  <180E>" into "x", "<180E>", " ", " <180E>".
+  const HfTokenizer& tok = fixture("gpt2");
+  std::vector<int32_t> want;
+  for (const char* piece : {"x", "\u180e", " ", " \u180e"}) {
+    const auto ids = tok.encode(piece);
+    want.insert(want.end(), ids.begin(), ids.end());
+  }
+  EXPECT_EQ(tok.encode("x\u180e  \u180e"), want);
+}
+
 // ---- Invalid UTF-8 --------------------------------------------------------------------------
 
 TEST(HfTokenizerTest, ByteLevelEncodesInvalidUtf8AsBytes) {
