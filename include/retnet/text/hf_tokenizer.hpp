@@ -1265,6 +1265,7 @@ class HfTokenizer : public Tokenizer {
   };
   static constexpr size_t kMaxCachedBytes = 256;            // Hugging Face's MAX_LENGTH
   static constexpr size_t kShortWord = 24;                  // merge_short up to this many symbols
+  static constexpr int64_t kMaxPadding = int64_t(1) << 24;  // padding targets (tokens)
   static constexpr size_t kMaxCachedIds = size_t(1) << 24;  // bound on one call's cache
 
   void encode_text(std::string_view text, EncodeState& st, std::vector<int32_t>& out) const {
@@ -2390,7 +2391,7 @@ class HfTokenizer : public Tokenizer {
       const Json& strategy = r.require(*p, "strategy", "padding");
       if (strategy.is_object()) {
         pd.fixed = size_t(r.integer(r.require(strategy, "Fixed", "padding.strategy"),
-                                    "padding.strategy.Fixed", 0, INT32_MAX));
+                                    "padding.strategy.Fixed", 0, kMaxPadding));
       } else if (!strategy.is_string() || strategy.get<std::string>() != "BatchLongest") {
         r.fail("padding.strategy must be \"BatchLongest\" or {\"Fixed\": n}");
       }
@@ -2399,7 +2400,7 @@ class HfTokenizer : public Tokenizer {
         r.fail("padding.direction must be Right or Left");
       pd.left = direction == "Left";
       if (const Json* m = r.find(*p, "pad_to_multiple_of", "padding"))
-        pd.multiple = size_t(r.integer(*m, "padding.pad_to_multiple_of", 0, INT32_MAX));
+        pd.multiple = size_t(r.integer(*m, "padding.pad_to_multiple_of", 0, kMaxPadding));
       pd.id =
           int32_t(r.integer(r.require(*p, "pad_id", "padding"), "padding.pad_id", 0, INT32_MAX));
       padding_ = pd;
