@@ -5,8 +5,9 @@ Encodes a text (e.g. Tiny Shakespeare, given on the command line; not in the rep
 the Llama-2-style and the Llama-3-style tokenizer.json of tests/data/tokenizers, one encode per
 process, alternating the implementations round by round (retnet, transformers.js, Hugging
 Face's Rust tokenizers through Node bindings), and prints the median MB/s (10^6 bytes per
-second, one thread) with the spread, the median load time of each file, and whether retnet's
-ids equal the Rust reference's on the whole text.
+second, one thread; wall clock, and from CPU time, which other processes on the same cores
+disturb less) with the spread, the median load time of each file, and whether retnet's ids
+equal the Rust reference's on the whole text.
 
     cmake -S . -B build -DRETNET_BUILD_BENCHMARKS=ON && cmake --build build --target bench_tokenizer
     (cd tools && npm ci)
@@ -52,7 +53,9 @@ def main():
 
     impls = ["retnet", "js", "rust"]
     samples = {(i, t): [] for i in impls for t in TOKENIZERS}
+    cpu_samples = {(i, t): [] for i in impls for t in TOKENIZERS}
     loads = {t: [] for t in TOKENIZERS}
+    load_cpu = {t: [] for t in TOKENIZERS}
     tokens = {}
     same_ids = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,6 +72,7 @@ def main():
                             cmd += ["--ids-dir", tmp]
                         res = run_json(cmd)
                         loads[name].append(res["load_s"])
+                        load_cpu[name].append(res["load_cpu_s"])
                         if r == 0:
                             os.replace(os.path.join(tmp, os.path.basename(folder) + ".json"), ids_file)
                     else:
@@ -77,8 +81,10 @@ def main():
                             cmd += ["--ids", ids_file]
                         res = run_json(cmd, cwd=tools)
                     samples[(impl, name)].append(res["mb_per_s"])
+                    cpu_samples[(impl, name)].append(res["mb_per_cpu_s"])
                     tokens[(impl, name)] = res["tokens"]
-                    print(f"round {r + 1}: {impl:6s} {name}: {res['mb_per_s']:8.3f} MB/s", flush=True)
+                    print(f"round {r + 1}: {impl:6s} {name}: {res['mb_per_s']:8.3f} MB/s "
+                          f"({res['mb_per_cpu_s']:8.3f} per CPU second)", flush=True)
                 if r == 0 and f"rust-{name}" not in args.skip:
                     with open(os.path.join(tmp, f"retnet-{name}.json")) as a, \
                             open(os.path.join(tmp, f"rust-{name}.json")) as b:
@@ -86,8 +92,8 @@ def main():
 
     size = os.path.getsize(text)
     print(f"\n{os.path.basename(text)}: {size} bytes, {args.rounds} alternating rounds, one thread\n")
-    print("| tokenizer.json | implementation | MB/s (median) | range | tokens |")
-    print("|---|---|---|---|---|")
+    print("| tokenizer.json | implementation | MB/s (median) | range | MB per CPU second | tokens |")
+    print("|---|---|---|---|---|---|")
     names = {"retnet": "retnet HfTokenizer", "js": "transformers.js (@lenml/tokenizers)",
              "rust": "HF tokenizers, Rust (@anush008/tokenizers)"}
     for name in TOKENIZERS:
@@ -95,18 +101,23 @@ def main():
             v = samples[(impl, name)]
             if not v:
                 continue
+            c = cpu_samples[(impl, name)]
             print(f"| {name} | {names[impl]} | {statistics.median(v):.3g} | "
-                  f"{min(v):.3g}-{max(v):.3g} | {tokens[(impl, name)]} |")
+                  f"{min(v):.3g}-{max(v):.3g} | {statistics.median(c):.3g} | {tokens[(impl, name)]} |")
     print()
     for name in TOKENIZERS:
-        print(f"{name}: load {statistics.median(loads[name]) * 1000:.0f} ms (median), "
+        print(f"{name}: load {statistics.median(loads[name]) * 1000:.0f} ms (median; "
+              f"{statistics.median(load_cpu[name]) * 1000:.0f} ms CPU), "
               f"tokenizer.json {os.path.getsize(os.path.join(ROOT, TOKENIZERS[name], 'tokenizer.json')) / 1e6:.1f} MB"
               + (f"; ids equal to the Rust reference's: {same_ids[name]}" if name in same_ids else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"text_bytes": size, "rounds": args.rounds,
                        "mb_per_s": {f"{i}-{t}": v for (i, t), v in samples.items() if v},
-                       "load_s": loads, "same_ids_as_rust": same_ids}, f, indent=1)
+                       "mb_per_cpu_s": {f"{i}-{t}": v for (i, t), v in cpu_samples.items() if v},
+                       "load_s": loads, "load_cpu_s": load_cpu, "same_ids_as_rust": same_ids,
+                       "load_average": os.getloadavg()}, f, indent=1)
+    print(f"load average after the run: {os.getloadavg()}")
     if not all(same_ids.values()):
         sys.exit("retnet's ids differ from the Rust reference's")
 
