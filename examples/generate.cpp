@@ -2,6 +2,7 @@
 //     retnet_generate_example MODEL_DIR "PROMPT"
 #include <cstdio>
 #include <retnet/retnet.hpp>
+#include <retnet/tokenizers.hpp>  // load_tokenizer
 
 int main(int argc, char** argv) {
   if (argc < 3) {

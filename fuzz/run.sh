@@ -28,6 +28,7 @@ targets=(
   "fuzz_index corpus_index json.dict"
   "fuzz_config corpus_config json.dict"
   "fuzz_state corpus_state state.dict"
+  "fuzz_tokenizer corpus_tokenizer tokenizer.dict"
 )
 
 failed=()

@@ -2,7 +2,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-RETNET_PACKAGES="cmake g++ make libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev"
+RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev"
 
 install_dependencies() {
   local missing=()

@@ -80,6 +80,24 @@ expect_ok "score --file with logits" "$retnet" score -m "$model" --file "$work/t
 size=$(stat -c %s "$work/l.npy")
 if [ "$size" -eq $((128 + 5000 * 256 * 4)) ]; then ok; else fail "logits file has $size bytes"; fi
 
+# --- tokenize, detokenize: a folder holding only tokenizer files
+tok=$data/tokenizers
+expect_ok "tokenize gpt2" "$retnet" tokenize -m "$tok/gpt2" --text "Hello world"
+if [ "$(cat "$work/out")" = "15496,995" ]; then ok; else fail "gpt2 ids of 'Hello world': $(cat "$work/out")"; fi
+expect_ok "tokenize llama2 --json" "$retnet" tokenize -m "$tok/llama2" --text "Hello world" --json
+if [ "$(cat "$work/out")" = '{"ids":[1,22557,1526]}' ]; then ok; else fail "llama2 ids: $(cat "$work/out")"; fi
+printf 'Héllo\tworld\r\n  ça va? \xf0\x9f\x99\x82 end' >"$work/utf8.txt"
+for t in gpt2 llama2 llama3; do
+  expect_ok "tokenize $t --file" "$retnet" tokenize -m "$tok/$t" --file "$work/utf8.txt"
+  ids=$(cat "$work/out")
+  expect_ok "detokenize $t" "$retnet" detokenize -m "$tok/$t" --ids "$ids"
+  if cmp -s "$work/out" "$work/utf8.txt"; then ok; else fail "$t: detokenize(tokenize(x)) != x: $(od -c "$work/out" | head -3)"; fi
+done
+expect_error "detokenize unknown id" "token id 99999999" "$retnet" detokenize -m "$tok/llama2" --ids 1,99999999
+expect_error "detokenize bad list" "expected comma-separated token ids" "$retnet" detokenize -m "$tok/llama2" --ids 1,,2
+expect_ok "tokenize: no tokenizer.json means bytes" "$retnet" tokenize -m "$work" --text hi
+if [ "$(cat "$work/out")" = "104,105" ]; then ok; else fail "byte ids of 'hi': $(cat "$work/out")"; fi
+
 # --- bench
 expect_ok "bench --config" "$retnet" bench --config "$model/config.json" --prompt-len 16 --gen-len 4 --batch 2 --repeat 1 --json
 for key in prefill_tokens_per_s decode_tokens_per_s peak_rss_bytes state_bytes; do
@@ -115,14 +133,14 @@ echo "{not json" >"$work/broken/config.json"
 expect_error "malformed config" "not valid JSON" "$retnet" score -m "$work/broken" --text hi
 expect_error "score without input" "exactly one of --text" "$retnet" score -m "$model"
 expect_error "score bad mode" "--mode must be" "$retnet" score -m "$model" --text hi --mode sideways
-expect_error "score bad tokens" "--tokens expects" "$retnet" score -m "$model" --tokens 1,x,3
+expect_error "score bad tokens" "--tokens: expected comma-separated token ids, got 'x'" "$retnet" score -m "$model" --tokens 1,x,3
 expect_error "score token out of range" "token id 999" "$retnet" score -m "$model" --tokens 1,999
 expect_error "score missing file" "no such file" "$retnet" score -m "$model" --file "$work/none.txt"
 expect_error "score directory" "is a directory, expected a regular file" "$retnet" score -m "$model" --file "$work"
 expect_error "score /dev/zero" "is a device, expected a regular file" "$retnet" score -m "$model" --file /dev/zero
 mkfifo "$work/fifo"
 expect_error "score FIFO" "is a FIFO (named pipe), expected a regular file" timeout 20 "$retnet" score -m "$model" --file "$work/fifo"
-expect_error "score trailing comma" "--tokens expects" "$retnet" score -m "$model" --tokens 1,2,
+expect_error "score trailing comma" "--tokens: expected comma-separated token ids, got ''" "$retnet" score -m "$model" --tokens 1,2,
 expect_error "score one token" "at least 2 are needed" "$retnet" score -m "$model" --tokens 7
 expect_error "bench both sources" "exactly one of -m" "$retnet" bench -m "$model" --config "$model/config.json"
 expect_error "bench recurrent prompt" "--mode must be parallel, chunkwise" "$retnet" bench --config "$model/config.json" --mode recurrent

@@ -7,6 +7,7 @@
 
 #include "retnet/retnet.hpp"
 #include "temp_dir.hpp"
+#include "utf8_check.hpp"
 
 using namespace retnet;
 
@@ -98,6 +99,30 @@ TEST(Generation, StreamsExactlyTheResultText) {
   EXPECT_EQ(r.text, f.tokenizer.decode(r.tokens));
 }
 
+// Byte tokens spell a multi-byte character one byte at a time; a streamed piece never stops
+// inside one (the bytes wait for the rest), and the pieces still add up to the text.
+TEST(Generation, StreamedPiecesNeverEndInsideAUtf8Character) {
+  Fixture f;
+  auto params = greedy(300);
+  params.sampler.temperature = 2.0f;  // a random byte model: about half the bytes are >= 0x80
+  std::vector<std::string> pieces;
+  const auto r = f.generator.generate(
+      kPrompt, params, [&](Index, int32_t, const std::string& piece) { pieces.push_back(piece); });
+  std::string streamed;
+  int held = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    streamed += pieces[i];
+    if (i + 1 < pieces.size()) {
+      EXPECT_FALSE(retnet::testing::splits_a_character(r.text, streamed.size()))
+          << "after piece " << i;
+    }
+  }
+  for (size_t n = 1; n < r.text.size(); ++n) held += retnet::testing::splits_a_character(r.text, n);
+  EXPECT_GT(held, 10) << "the text should give the stream characters to hold back";
+  EXPECT_LT(pieces.size(), r.tokens.size());
+  EXPECT_EQ(streamed, r.text);
+}
+
 TEST(Generation, StopsAtAStopStringWithoutEmittingIt) {
   Fixture f;
   const auto free_run = f.generator.generate(kPrompt, greedy(60));
@@ -118,10 +143,11 @@ TEST(Generation, StopsAtTheEndToken) {
   Fixture f;
   const auto free_run = f.generator.generate(kPrompt, greedy(30));
   auto params = greedy(30);
-  params.end_token = free_run.tokens.at(5);
+  params.end_tokens = {free_run.tokens.at(5)};
   const auto r = f.generator.generate(kPrompt, params);
   EXPECT_EQ(r.reason, StopReason::kEndToken);
-  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), *params.end_token);
+  const auto first =
+      std::find(free_run.tokens.begin(), free_run.tokens.end(), params.end_tokens[0]);
   EXPECT_EQ(r.tokens, std::vector<int32_t>(free_run.tokens.begin(), first));
 }
 

@@ -1,18 +1,15 @@
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "expect_error.hpp"
 #include "retnet/text/tokenizer.hpp"
-#include "temp_dir.hpp"
 
 namespace {
 
 using retnet::ByteTokenizer;
 using retnet::testing::expect_error;
-using retnet::testing::TempDir;
 
 TEST(ByteTokenizerTest, RoundTripsAllBytes) {
   std::string all;
@@ -64,6 +61,9 @@ TEST(ByteTokenizerTest, VocabAndEos) {
   const ByteTokenizer tok;
   EXPECT_EQ(tok.vocab_size(), 256);
   EXPECT_FALSE(tok.eos_id().has_value());
+  EXPECT_TRUE(tok.eos_ids().empty());
+  EXPECT_FALSE(tok.bos_id().has_value());
+  EXPECT_FALSE(tok.is_special(0));
 }
 
 TEST(ByteTokenizerTest, OutOfRangeIdThrowsNamingIt) {
@@ -75,36 +75,6 @@ TEST(ByteTokenizerTest, OutOfRangeIdThrowsNamingIt) {
   EXPECT_THROW(tok.decode({300}), retnet::Error);
 }
 
-TEST(LoadTokenizerTest, FolderWithoutTokenizerJsonGivesBytes) {
-  TempDir dir;
-  const auto tok = retnet::load_tokenizer(dir.str(), 256);
-  ASSERT_NE(tok, nullptr);
-  EXPECT_NE(dynamic_cast<const ByteTokenizer*>(tok.get()), nullptr);
-  EXPECT_EQ(tok->vocab_size(), 256);
-  EXPECT_EQ(tok->decode(tok->encode("hi\xFF")), "hi\xFF");
-}
-
-TEST(LoadTokenizerTest, LargerModelVocabIsAccepted) {
-  // Models often pad their embedding beyond the tokenizer's ids.
-  TempDir dir;
-  const auto tok = retnet::load_tokenizer(dir.str(), 512);
-  EXPECT_EQ(tok->vocab_size(), 256);
-}
-
-TEST(LoadTokenizerTest, SmallModelVocabThrowsNamingBothNumbers) {
-  TempDir dir;
-  expect_error<retnet::FormatError>([&] { retnet::load_tokenizer(dir.str(), 100); },
-                                    {"100", "256"});
-  expect_error<retnet::FormatError>([&] { retnet::load_tokenizer(dir.str(), 255); },
-                                    {"255", "256"});
-}
-
-TEST(LoadTokenizerTest, TokenizerJsonIsRejected) {
-  TempDir dir;
-  std::ofstream(dir.file("tokenizer.json")) << R"({"model": {"type": "BPE"}})";
-  expect_error<retnet::FormatError>(
-      [&] { retnet::load_tokenizer(dir.str(), 50000); },
-      {"tokenizer.json is not supported yet; only byte-level models"});
-}
+// load_tokenizer (tokenizer.json or bytes) is tested in test_hf_tokenizer.cpp.
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <random>
 #include <retnet/io/npy.hpp>
 #include <retnet/retnet.hpp>
+#include <retnet/tokenizers.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -247,7 +248,7 @@ int generate(const Args& args) {
   const std::string dir = args.str("-m");
   const Model model = retnet::load_model<float>(dir);
   const auto tokenizer = retnet::load_tokenizer(dir, model.config().vocab_size);
-  params.end_token = tokenizer->eos_id();
+  params.end_tokens = tokenizer->eos_ids();
   retnet::Generator<float> generator(model, *tokenizer);
 
   const bool resume = args.has("--load-state");
@@ -296,7 +297,7 @@ const std::vector<Flag> kScoreFlags = {
     toggle("--json", "print one JSON object instead of text"),
 };
 
-std::vector<int32_t> parse_token_list(const std::string& list) {
+std::vector<int32_t> parse_token_list(const std::string& list, const std::string& command) {
   std::vector<int32_t> ids;
   size_t begin = 0;
   while (true) {
@@ -307,7 +308,7 @@ std::vector<int32_t> parse_token_list(const std::string& list) {
     const long long v = std::strtoll(item.c_str(), &stop, 10);
     if (item.empty() || *stop != '\0' || errno == ERANGE || v < 0 ||
         v > std::numeric_limits<int32_t>::max())
-      throw UsageError("score: --tokens expects comma-separated ids, got '" + item + "'");
+      throw UsageError(command + ": expected comma-separated token ids, got '" + item + "'");
     ids.push_back(static_cast<int32_t>(v));
     if (end == list.size()) return ids;
     begin = end + 1;
@@ -318,7 +319,7 @@ std::vector<int32_t> parse_token_list(const std::string& list) {
 std::vector<int32_t> score_input(const Args& args, const std::string& dir, int64_t vocab) {
   const int sources = args.has("--text") + args.has("--file") + args.has("--tokens");
   if (sources != 1) throw UsageError("score: give exactly one of --text, --file, --tokens");
-  if (args.has("--tokens")) return parse_token_list(args.str("--tokens"));
+  if (args.has("--tokens")) return parse_token_list(args.str("--tokens"), "score: --tokens");
   const auto tokenizer = retnet::load_tokenizer(dir, vocab);
   if (args.has("--text")) return tokenizer->encode(args.str("--text"));
   return tokenizer->encode(
@@ -501,6 +502,48 @@ int bench(const Args& args) {
   return 0;
 }
 
+// ---------------------------------------------------------------- tokenize, detokenize
+
+const std::vector<Flag> kTokenizeFlags = {
+    text("-m", "DIR", nullptr, "a model folder, or one holding only tokenizer files"),
+    text("--text", "S", nullptr, "the text to encode"),
+    text("--file", "PATH", nullptr, "a regular file to encode (at most 256 MiB)"),
+    toggle("--json", "print {\"ids\": [...]} instead of comma-separated ids"),
+};
+
+/// The ids of encode(text), with the tokenizer's default special tokens, as `retnet score
+/// --tokens` and `retnet detokenize --ids` read them.
+int tokenize(const Args& args) {
+  if (args.has("--text") == args.has("--file"))
+    throw UsageError("tokenize: give exactly one of --text, --file");
+  const auto tokenizer = retnet::load_tokenizer(args.str("-m"));
+  const std::vector<int32_t> ids =
+      tokenizer->encode(args.has("--text") ? args.str("--text")
+                                           : retnet::read_regular_file(
+                                                 args.str("--file"), kMaxTextFileBytes, "--file"));
+  if (args.has("--json")) {
+    std::cout << nlohmann::json{{"ids", ids}}.dump() << "\n";
+    return 0;
+  }
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
+  std::cout << line << "\n";
+  return 0;
+}
+
+const std::vector<Flag> kDetokenizeFlags = {
+    text("-m", "DIR", nullptr, "a model folder, or one holding only tokenizer files"),
+    text("--ids", "LIST", nullptr, "comma-separated token ids"),
+};
+
+/// decode(ids) to stdout byte for byte: special tokens skipped, nothing added (no newline).
+int detokenize(const Args& args) {
+  const auto tokenizer = retnet::load_tokenizer(args.str("-m"));
+  const std::string text = tokenizer->decode(parse_token_list(args.str("--ids"), "detokenize"));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
 // ---------------------------------------------------------------- commands
 
 struct Command {
@@ -520,6 +563,12 @@ const Command kCommands[] = {
      score},
     {"bench", "retnet bench (-m DIR | --config CONFIG.json) [options]",
      "Times reading a prompt and decoding after it.", kBenchFlags, bench},
+    {"tokenize", "retnet tokenize -m DIR (--text S | --file PATH) [--json]",
+     "Prints the token ids of a text (the tokenizer's default special tokens included).",
+     kTokenizeFlags, tokenize},
+    {"detokenize", "retnet detokenize -m DIR --ids 1,2,3",
+     "Writes the text of token ids to stdout, byte for byte (special tokens skipped).",
+     kDetokenizeFlags, detokenize},
 };
 
 std::string overview() {
@@ -536,7 +585,7 @@ std::string overview() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs("retnet: missing command (generate, score, bench); see retnet --help\n", stderr);
+    std::fputs("retnet: missing command (see retnet --help)\n", stderr);
     return 2;
   }
   const std::string name = argv[1];
@@ -546,7 +595,7 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands)
     if (name == c.name) command = &c;
   if (!command) {
-    std::fprintf(stderr, "retnet: unknown command '%s' (generate, score, bench)\n", name.c_str());
+    std::fprintf(stderr, "retnet: unknown command '%s' (see retnet --help)\n", name.c_str());
     return 2;
   }
   try {

@@ -9,6 +9,7 @@
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/io/save.hpp"
 #include "retnet/kernels/retention.hpp"
 #include "retnet/layers/decoder_layer.hpp"
 #include "retnet/layers/feed_forward.hpp"

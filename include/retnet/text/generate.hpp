@@ -7,6 +7,7 @@
 // with the recent tokens for the repetition penalty, is all that is saved to resume later.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <istream>
@@ -28,7 +29,7 @@ struct GenerationParams {
   Form prompt_form = Form::kChunkwise;
   Index chunk_size = 0;                   // <= 0: the config's recurrent_chunk_size
   std::vector<std::string> stop_strings;  // generation stops before any of these
-  std::optional<int32_t> end_token;       // stops (without emitting it) on this token
+  std::vector<int32_t> end_tokens;        // stops (without emitting it) on any of these
 };
 
 enum class StopReason { kTokenBudget, kEndToken, kStopString };
@@ -215,7 +216,8 @@ class Generator {
             samplers[b].sample(row.data(), static_cast<int64_t>(row.size()), states[b].recent);
         states[b].recent.push_back(token);
         next[b] = token;
-        if (params.end_token && token == *params.end_token) {
+        if (std::find(params.end_tokens.begin(), params.end_tokens.end(), token) !=
+            params.end_tokens.end()) {
           finish(b, streams[b], results[b], StopReason::kEndToken, on_token), --running;
           continue;
         }

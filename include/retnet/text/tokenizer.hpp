@@ -1,15 +1,14 @@
 // Text <-> token id conversion. The generation loop only needs the small Tokenizer
 // interface below; ByteTokenizer is the identity over bytes, used by byte-level models
-// and by every model folder that ships no tokenizer.json.
+// and by every model folder that ships no tokenizer.json. Hugging Face tokenizer.json files
+// are read by HfTokenizer and load_tokenizer in retnet/text/hf_tokenizer.hpp (target
+// RetNet::tokenizers, which needs PCRE2).
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
 #include "retnet/core/error.hpp"
@@ -22,16 +21,30 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
+  /// The ids of `text`, with the tokenizer's default special tokens (a BOS, say) added.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-  /// Concatenation of decode_token over `ids`; throws InvalidArgument on an unknown id.
+  /// The text of `ids`, special tokens skipped and nothing added; throws InvalidArgument on an
+  /// unknown id. Token by token this is the concatenation of decode_token, except where the
+  /// tokenizer's decoder treats the start of a text specially (HfTokenizer: see there).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
-  /// The bytes of one token. A multi-byte UTF-8 character may span several tokens, so
-  /// the result need not be valid UTF-8 on its own.
+  /// The bytes of one token as it reads after earlier text, for streaming ("" for a special
+  /// token). A multi-byte UTF-8 character may span several tokens, so the result need not be
+  /// valid UTF-8 on its own.
   virtual std::string decode_token(int32_t id) const = 0;
-  /// Number of ids the tokenizer can produce; the model's vocabulary may be larger.
+  /// Number of ids the tokenizer can produce (ids are below it); the model's vocabulary may
+  /// be larger.
   virtual int64_t vocab_size() const = 0;
-  /// Id that ends generation, if the tokenizer has one.
+  /// Id that ends generation, if the tokenizer has one (the first of eos_ids()).
   virtual std::optional<int32_t> eos_id() const { return std::nullopt; }
+  /// Every id that ends generation (some models stop on several, e.g. Llama 3 instruct).
+  virtual std::vector<int32_t> eos_ids() const {
+    const std::optional<int32_t> eos = eos_id();
+    return eos ? std::vector<int32_t>{*eos} : std::vector<int32_t>{};
+  }
+  /// Id of the beginning-of-sequence token, if the tokenizer has one.
+  virtual std::optional<int32_t> bos_id() const { return std::nullopt; }
+  /// Whether `id` is a special token (skipped by decode and decode_token).
+  virtual bool is_special(int32_t /*id*/) const { return false; }
 };
 
 /// Ids 0..255 are the bytes themselves, so any byte string (invalid UTF-8, NUL bytes)
@@ -67,23 +80,5 @@ class ByteTokenizer : public Tokenizer {
     return static_cast<char>(static_cast<unsigned char>(id));
   }
 };
-
-/// The tokenizer of the model in `model_dir`, whose embedding has `vocab_size` rows.
-/// Only byte-level models are supported so far: a folder with a tokenizer.json throws
-/// FormatError rather than silently decoding its ids as bytes.
-inline std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir, int64_t vocab_size) {
-  const std::filesystem::path json = std::filesystem::path(model_dir) / "tokenizer.json";
-  std::error_code ec;  // an unreadable folder counts as "no tokenizer.json"
-  if (std::filesystem::exists(json, ec))
-    throw FormatError(json.string() +
-                      ": tokenizer.json is not supported yet; only byte-level models are");
-  // Larger vocabularies are fine (padded embeddings); smaller ones could not embed every
-  // byte the tokenizer emits.
-  if (vocab_size < ByteTokenizer::kVocabSize)
-    throw FormatError(model_dir + ": model vocab_size " + std::to_string(vocab_size) +
-                      " is smaller than the " + std::to_string(ByteTokenizer::kVocabSize) +
-                      " ids of the byte-level tokenizer");
-  return std::make_unique<ByteTokenizer>();
-}
 
 }  // namespace retnet
