@@ -58,8 +58,9 @@ npy_data_bytes() {  # file: size minus header
 # Exit status and exact byte count of a command's stdout.
 expect_bytes() {  # name, expected size, command...
   local name=$1 size=$2; shift 2
-  if ! "$@" >"$work/out" 2>"$work/err"; then fail "$name (exit $?): $(cat "$work/err")"; return 1; fi
-  local got
+  "$@" >"$work/out" 2>"$work/err"
+  local rc=$? got
+  if [ $rc -ne 0 ]; then fail "$name (exit $rc): $(cat "$work/err")"; return 1; fi
   got=$(stat -c %s "$work/out")
   if [ "$got" -eq "$size" ]; then ok; else fail "$name: $got bytes on stdout, expected $size"; return 1; fi
 }
