@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "compare.hpp"  // relative_error
 #include "retnet/kernels/retention.hpp"
 
 namespace retnet::testing {
@@ -57,17 +58,6 @@ void brute_force_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
           state(b, h, i, e) = static_cast<Scalar>(acc);
         }
     }
-}
-
-/// max |a - b| / max |reference|; 0 when both are empty.
-template <typename TensorA, typename TensorB>
-double relative_error(const TensorA& a, const TensorB& reference) {
-  double num = 0, den = 0;
-  for (Index i = 0; i < reference.size(); ++i) {
-    num = std::max(num, std::abs(double(a.data()[i]) - double(reference.data()[i])));
-    den = std::max(den, std::abs(double(reference.data()[i])));
-  }
-  return den == 0 ? num : num / den;
 }
 
 }  // namespace retnet::testing

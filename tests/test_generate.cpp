@@ -166,6 +166,36 @@ TEST(Generation, ABatchOfPromptsOfDifferentLengthsEqualsEachAlone) {
   }
 }
 
+// Sequence b of a batch samples with seed + b: it draws exactly the tokens of a single run
+// with that seed, whether the batch comes from generate_batch or from decode over prepared
+// states. The same prompt appears twice, so a batch that reused one seed for every sequence
+// would give those two identical texts.
+TEST(Generation, SequenceBOfABatchDrawsWhatASingleRunWithSeedPlusBDraws) {
+  Fixture f;
+  const std::vector<std::string> prompts = {kPrompt, "ROMEO:", kPrompt, "a"};
+  GenerationParams params = greedy(30);
+  params.sampler.temperature = 1.2f;
+  params.sampler.top_k = 50;
+  params.sampler.repeat_penalty = 1.1f;
+  params.sampler.seed = 1000;
+  const auto batch = f.generator.generate_batch(prompts, params);
+  std::vector<GenerationState<double>> states;
+  for (const auto& p : prompts) states.push_back(f.generator.read_prompt(p, params));
+  const auto decoded = f.generator.decode(states, params);
+  ASSERT_EQ(batch.size(), prompts.size());
+  ASSERT_EQ(decoded.size(), prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    SCOPED_TRACE("sequence " + std::to_string(b));
+    GenerationParams single = params;
+    single.sampler.seed = params.sampler.seed + b;
+    const auto alone = f.generator.generate(prompts[b], single);
+    ASSERT_EQ(alone.tokens.size(), 30u);
+    EXPECT_EQ(batch[b].tokens, alone.tokens);
+    EXPECT_EQ(decoded[b].tokens, alone.tokens);
+  }
+  EXPECT_NE(batch[0].tokens, batch[2].tokens) << "same prompt, seeds 1000 and 1002";
+}
+
 TEST(Generation, SameSeedSameTextDifferentSeedDifferentText) {
   Fixture f;
   auto params = greedy(40);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <new>
 #include <random>
 #include <retnet/retnet.hpp>
@@ -20,12 +22,15 @@ Matrix<Scalar> random_matrix(Index rows, Index cols, std::mt19937& rng) {
   return m;
 }
 
-// y = x Wᵀ by the definition, in long double.
+// y = x Wᵀ by the definition, in long double. Fails on a shape mismatch and on any NaN or
+// infinity in y or in the loops' result, whatever the tolerance.
 template <typename Scalar>
-void expect_matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w, const Matrix<Scalar>& y,
-                          double tolerance) {
-  ASSERT_EQ(y.rows(), x.rows());
-  ASSERT_EQ(y.cols(), w.rows());
+::testing::AssertionResult matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w,
+                                         const Matrix<Scalar>& y, double tolerance) {
+  if (y.rows() != x.rows() || y.cols() != w.rows() || x.cols() != w.cols())
+    return ::testing::AssertionFailure()
+           << "y is " << y.rows() << "x" << y.cols() << " for a " << x.rows() << "x" << x.cols()
+           << " times " << w.cols() << "x" << w.rows() << " product";
   for (Index i = 0; i < x.rows(); ++i)
     for (Index j = 0; j < w.rows(); ++j) {
       long double sum = 0, magnitude = 0;
@@ -33,11 +38,45 @@ void expect_matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w, cons
         sum += static_cast<long double>(x(i, k)) * w(j, k);
         magnitude += std::abs(static_cast<long double>(x(i, k)) * w(j, k));
       }
+      const double got = double(y(i, j)), want = double(sum);
       // Relative to the sum of |terms|: the bound a reordered float summation can meet.
-      ASSERT_NEAR(double(y(i, j)), double(sum), tolerance * double(magnitude + 1))
-          << "row " << i << ", column " << j << " of a " << x.rows() << "x" << x.cols() << " times "
-          << w.cols() << "x" << w.rows() << " product";
+      const double bound = tolerance * double(magnitude + 1);
+      if (!std::isfinite(got) || !std::isfinite(want) || !std::isfinite(bound) ||
+          !(std::abs(got - want) <= bound))
+        return ::testing::AssertionFailure()
+               << "row " << i << ", column " << j << " of a " << x.rows() << "x" << x.cols()
+               << " times " << w.cols() << "x" << w.rows() << " product: " << got << " vs " << want
+               << " (bound " << bound << ")";
     }
+  return ::testing::AssertionSuccess();
+}
+
+template <typename Scalar>
+void expect_matches_loops(const Matrix<Scalar>& x, const Matrix<Scalar>& w, const Matrix<Scalar>& y,
+                          double tolerance) {
+  ASSERT_TRUE(matches_loops(x, w, y, tolerance));
+}
+
+// The comparison itself: a NaN or infinity on either side, or a wrong shape, never passes.
+TEST(Linear, TheLoopComparisonRejectsNonFiniteValuesAndWrongShapes) {
+  std::mt19937 rng(23);
+  const auto x = random_matrix<float>(3, 5, rng), w = random_matrix<float>(4, 5, rng);
+  Matrix<float> y;
+  retnet::linear(x, retnet::LinearWeight<float>(w), y);
+  ASSERT_TRUE(matches_loops(x, w, y, 1e-6));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float bad : {nan, inf, -inf}) {
+    Matrix<float> broken_y = y;  // in the result
+    broken_y(1, 2) = bad;
+    EXPECT_FALSE(matches_loops(x, w, broken_y, 1e6));
+    Matrix<float> broken_x = x;  // in the reference (the loops read x)
+    broken_x(2, 0) = bad;
+    EXPECT_FALSE(matches_loops(broken_x, w, y, 1e6));
+  }
+  EXPECT_FALSE(matches_loops(x, w, Matrix<float>(y.topRows(2)), 1e6));
+  EXPECT_FALSE(matches_loops(x, w, Matrix<float>(y.leftCols(3)), 1e6));
+  EXPECT_FALSE(matches_loops(x, w, Matrix<float>(), 1e6));
 }
 
 template <typename Scalar>

@@ -250,8 +250,10 @@ TEST(Safetensors, RoundTripBf16MatchesKnownBitPatterns) {
                                         3.140625, 1.0};
   save_safetensors(path, {{"w", DType::BF16, {5, 1}, values.data()}});
 
+  // The bytes on disk are the known little-endian bfloat16 patterns, 2 bytes each.
   const std::string bytes = read_bytes(path);
   const uint64_t data_start = 8 + header_length(bytes);
+  ASSERT_EQ(bytes.size(), data_start + 10);
   for (size_t i = 0; i < bits.size(); ++i)
     EXPECT_EQ(u16_at(bytes, data_start + 2 * i), bits[i]) << i;
 

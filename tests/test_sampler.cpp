@@ -4,11 +4,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -139,16 +143,41 @@ void ExpectMatchesDistribution(Sampler& sampler, const std::vector<float>& logit
   EXPECT_LT(chi_square, kChiSquare999[bins - 1]) << bins << " bins";
 }
 
+// Each probability within 1e-6 of its expected value, zero exactly where expected is zero.
+// Fails on a size mismatch and on any NaN or infinity on either side.
+::testing::AssertionResult ProbabilitiesNear(const std::vector<float>& probs,
+                                             const std::vector<double>& expected) {
+  if (probs.size() != expected.size())
+    return ::testing::AssertionFailure()
+           << probs.size() << " probabilities, expected " << expected.size();
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (!std::isfinite(probs[i]) || !std::isfinite(expected[i]) ||
+        !(std::abs(probs[i] - expected[i]) <= 1e-6) || (probs[i] == 0.0f) != (expected[i] == 0.0))
+      return ::testing::AssertionFailure()
+             << "token " << i << ": probability " << probs[i] << ", expected " << expected[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
 void ExpectProbabilitiesNear(Sampler& sampler, const std::vector<float>& logits,
                              const std::vector<int32_t>& recent,
                              const std::vector<double>& expected) {
-  const auto probs =
-      sampler.probabilities(logits.data(), static_cast<int64_t>(logits.size()), recent);
-  ASSERT_EQ(probs.size(), expected.size());
-  for (size_t i = 0; i < probs.size(); ++i) {
-    EXPECT_NEAR(probs[i], expected[i], 1e-6) << "token " << i;
-    EXPECT_EQ(probs[i] == 0.0f, expected[i] == 0.0) << "token " << i;
+  EXPECT_TRUE(ProbabilitiesNear(
+      sampler.probabilities(logits.data(), static_cast<int64_t>(logits.size()), recent), expected));
+}
+
+TEST(SamplerTest, TheProbabilityComparisonRejectsNonFiniteValuesAndSizeMismatches) {
+  const std::vector<double> expected = {0.25, 0.75, 0.0};
+  ASSERT_TRUE(ProbabilitiesNear({0.25f, 0.75f, 0.0f}, expected));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float bad : {nan, inf, -inf}) {
+    EXPECT_FALSE(ProbabilitiesNear({0.25f, bad, 0.0f}, expected));
+    EXPECT_FALSE(ProbabilitiesNear({0.25f, 0.75f, 0.0f}, {0.25, double(bad), 0.0}));
   }
+  EXPECT_FALSE(ProbabilitiesNear({0.25f, 0.75f}, expected));
+  EXPECT_FALSE(ProbabilitiesNear({0.25f, 0.75f, 0.0f, 0.0f}, expected));
+  EXPECT_FALSE(ProbabilitiesNear({}, expected));
 }
 
 const std::vector<float> kEightLogits = {2.0f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 1.5f, 0.25f};
@@ -208,10 +237,75 @@ TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDifferent) {
   EXPECT_EQ(seq_a, seq_d);
 }
 
+// Golden values from tools/reference_sampler.py, an independent Python reading of the algorithm
+// (xoshiro256** seeded by splitmix64, penalty, temperature, top-k, top-p with its slack, ties by
+// id, the draw), in tests/data/sampler_golden.json: the generator's raw outputs, and for each
+// case the distribution of the first draw and 64 draws made one after another, each appended to
+// `recent` as the Generator does. Same seed, same tokens on every platform: nothing here depends
+// on the standard library's distributions or sort algorithm.
+nlohmann::json Golden() {
+  std::ifstream in(std::string(RETNET_TEST_DATA_DIR) + "/sampler_golden.json");
+  if (!in) throw std::runtime_error("cannot open tests/data/sampler_golden.json");
+  return nlohmann::json::parse(in);
+}
+
+TEST(SamplerGolden, GeneratorStreamsMatchTheReference) {
+  const auto golden = Golden();
+  ASSERT_GE(golden.at("xoshiro256").size(), 4u);
+  for (const auto& stream : golden.at("xoshiro256")) {
+    const auto seed = stream.at("seed").get<uint64_t>();
+    retnet::detail::Xoshiro256 rng(seed);
+    const auto outputs = stream.at("outputs").get<std::vector<uint64_t>>();
+    ASSERT_EQ(outputs.size(), 8u);
+    for (size_t i = 0; i < outputs.size(); ++i)
+      EXPECT_EQ(rng.next(), outputs[i]) << "seed " << seed << ", output " << i;
+  }
+}
+
+TEST(SamplerGolden, TokensAndProbabilitiesMatchTheReference) {
+  const auto golden = Golden();
+  std::map<std::string, std::vector<float>> vectors;
+  for (const auto& [name, values] : golden.at("vectors").items())
+    for (const auto& v : values)  // null stands for a masked logit, -inf
+      vectors[name].push_back(v.is_null() ? -std::numeric_limits<float>::infinity()
+                                          : static_cast<float>(v.get<double>()));
+  ASSERT_GE(golden.at("cases").size(), 10u);
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const auto& logits = vectors.at(c.at("logits").get<std::string>());
+    SamplerParams params;
+    // Stored as the exact values of the float parameters.
+    params.temperature = static_cast<float>(c.at("temperature").get<double>());
+    params.top_k = c.at("top_k").get<int>();
+    params.top_p = static_cast<float>(c.at("top_p").get<double>());
+    params.repeat_penalty = static_cast<float>(c.at("repeat_penalty").get<double>());
+    params.repeat_last_n = c.at("repeat_last_n").get<int>();
+    params.seed = c.at("seed").get<uint64_t>();
+    Sampler sampler(params);
+    auto recent = c.at("recent").get<std::vector<int32_t>>();
+    const int64_t vocab = static_cast<int64_t>(logits.size());
+
+    const auto want_p = c.at("first_probabilities").get<std::vector<double>>();
+    const auto got_p = sampler.probabilities(logits.data(), vocab, recent);
+    ASSERT_EQ(got_p.size(), want_p.size());
+    for (size_t i = 0; i < want_p.size(); ++i) {  // float32 rounding of the reference's double
+      EXPECT_NEAR(got_p[i], want_p[i], 1e-7) << "token " << i;
+      EXPECT_EQ(got_p[i] == 0.0f, want_p[i] == 0.0) << "token " << i;
+    }
+
+    const auto want = c.at("tokens").get<std::vector<int32_t>>();
+    ASSERT_EQ(want.size(), 64u);
+    std::vector<int32_t> got;
+    for (size_t i = 0; i < want.size(); ++i) {
+      got.push_back(sampler.sample(logits.data(), vocab, recent));
+      recent.push_back(got.back());
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
+// The old in-code regression values, now also in the golden file's first case.
 TEST(SamplerTest, SeedGivesTheSameTokensOnEveryPlatform) {
-  // Regression values from this implementation (xoshiro256** seeded by splitmix64, 53-bit
-  // uniforms, no std:: distributions), cross-checked against an independent script.
-  // Any compiler or platform must reproduce them.
   Sampler sampler(Params(1.0f, 0, 1.0f, /*seed=*/20240601));
   std::vector<int32_t> got;
   for (int i = 0; i < 12; ++i) got.push_back(sampler.sample(kEightLogits.data(), 8, kNoRecent));
@@ -427,6 +521,7 @@ TEST(SamplerTest, TinyTemperatureDoesNotOverflow) {
 }
 
 TEST(SamplerTest, SampleDoesNotAllocateOnceWarm) {
+  ASSERT_TRUE(malloc_is_counted());
   {  // The counter does see vector allocations.
     const long long before = g_allocations.load();
     std::vector<float> probe(10);

@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "../benchmarks/transformer_baseline.hpp"
+#include "compare.hpp"
 
 namespace {
 
 using retnet::Index;
 using retnet::LogitsMode;
 using retnet::Matrix;
+using retnet::testing::relative_error;
 using retnet_baseline::KVCache;
 using retnet_baseline::TransformerConfig;
 using retnet_baseline::TransformerModel;
@@ -107,11 +109,12 @@ class TransformerBaseline : public ::testing::Test {
   std::vector<int32_t> tokens = random_tokens(19, int32_t(config.vocab_size), 3);
   MatrixD expected = reference_logits(config, model.weights(), tokens);
 
+  // Max difference relative to max(1, max |expected|): +infinity (a failure) on a NaN or an
+  // infinity on either side or a size mismatch (compare.hpp).
   void expect_close(const Matrix<float>& got, Index row, Index expected_row) {
-    const double scale = std::max(1.0, expected.row(expected_row).cwiseAbs().maxCoeff());
-    const double err =
-        (got.row(row).cast<double>() - expected.row(expected_row)).cwiseAbs().maxCoeff();
-    EXPECT_LE(err, 1e-5 * scale) << "position " << expected_row;
+    ASSERT_LT(row, got.rows());
+    EXPECT_LE(relative_error(got.row(row), expected.row(expected_row), 1.0), 1e-5)
+        << "position " << expected_row;
   }
 };
 
