@@ -534,6 +534,24 @@ TEST(Checkpoint, LinksInsideTheFolderAreFollowed) {
   EXPECT_NO_THROW(reader.check_all_consumed());
 }
 
+// A model downloaded into the Hugging Face hub's cache: REPO/snapshots/REV/ links every file to
+// REPO/blobs/. Those links are followed; a link from a folder not named like that is not.
+TEST(Checkpoint, HubCacheSnapshotsReadTheirBlobs) {
+  TempDir repo;
+  fs::create_directories(repo.file("snapshots/0123abcd"));
+  fs::create_directory(repo.file("blobs"));
+  write_tensors(repo.file("blobs/5f3e"), tiny_model());
+  fs::create_symlink("../../blobs/5f3e", repo.file("snapshots/0123abcd/model.safetensors"));
+  CheckpointReader reader(repo.file("snapshots/0123abcd"));
+  read_tiny_model(reader);
+  EXPECT_NO_THROW(reader.check_all_consumed());
+
+  fs::create_directories(repo.file("elsewhere/0123abcd"));
+  fs::create_symlink("../../blobs/5f3e", repo.file("elsewhere/0123abcd/model.safetensors"));
+  expect_error<FormatError>([&] { CheckpointReader again(repo.file("elsewhere/0123abcd")); },
+                            {"outside the model folder"});
+}
+
 // Case 14: NaN or infinite weights are refused at load, naming the tensor.
 TEST(CheckpointBad, NonFiniteWeights) {
   TempDir dir;

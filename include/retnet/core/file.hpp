@@ -129,8 +129,9 @@ inline std::string read_regular_file(const std::string& path, uint64_t max_bytes
 
 /// The path of `name` inside model folder `dir`, with symbolic links resolved, refused when it
 /// resolves to somewhere outside the (resolved) folder: a checkpoint must not make the loader
-/// read, and quote, any file of the machine. `name` is a plain file name or a relative path.
-/// The file need not exist (the caller's open reports that).
+/// read, and quote, any file of the machine. The one exception is the Hugging Face hub's cache
+/// layout, whose snapshot folders link into the repository's blobs/ folder. `name` is a plain file
+/// name or a relative path. The file need not exist (the caller's open reports that).
 inline std::string path_in_folder(const std::string& dir, const std::string& name) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -139,9 +140,16 @@ inline std::string path_in_folder(const std::string& dir, const std::string& nam
   const fs::path given = fs::path(dir) / name;
   const fs::path target = fs::weakly_canonical(given, ec);
   if (ec) throw FormatError(given.string() + ": cannot resolve the path (" + ec.message() + ")");
-  const fs::path relative = target.lexically_relative(folder);
-  const std::string first = relative.empty() ? std::string() : relative.begin()->string();
-  if (relative.empty() || first == ".." || first == "." || relative.is_absolute())
+  const auto inside = [&](const fs::path& root) {
+    const fs::path relative = target.lexically_relative(root);
+    const std::string first = relative.empty() ? std::string() : relative.begin()->string();
+    return !(relative.empty() || first == ".." || first == "." || relative.is_absolute());
+  };
+  // A snapshot of the Hugging Face hub's cache (REPO/snapshots/REVISION/) links each file to
+  // REPO/blobs/: that folder counts as part of the model, and nothing else outside it does.
+  const bool hub_snapshot = folder.parent_path().filename() == "snapshots";
+  const fs::path blobs = folder.parent_path().parent_path() / "blobs";
+  if (!inside(folder) && !(hub_snapshot && inside(blobs)))
     throw FormatError(given.string() + ": resolves to " + excerpt(target.string(), 200) +
                       ", outside the model folder " + folder.string() +
                       ": expected every file of the model inside its folder");
