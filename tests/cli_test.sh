@@ -33,7 +33,7 @@ contains() {  # name, file, text
 
 # --- help
 expect_ok "help" "$retnet" --help
-for c in generate score bench; do
+for c in generate score bench info; do
   expect_ok "$c --help" "$retnet" $c --help
   contains "$c --help text" "$work/out" "usage: retnet $c"
 done
@@ -86,6 +86,32 @@ for key in prefill_tokens_per_s decode_tokens_per_s peak_rss_bytes state_bytes; 
   contains "bench json $key" "$work/out" "\"$key\""
 done
 expect_ok "bench -m" "$retnet" bench -m "$model" --prompt-len 8 --gen-len 2 --mode parallel --repeat 1
+
+# --- info: family, sizes, parameters, dtypes, tokenizer kind
+expect_ok "info fla" "$retnet" info -m "$data/fla-tiny"
+contains "info family" "$work/out" "family      fla"
+contains "info parameters" "$work/out" "parameters  176640"
+contains "info dtypes" "$work/out" "F32: 25 tensors"
+contains "info tokenizer" "$work/out" "byte-level (no tokenizer.json"
+expect_ok "info fused bf16" "$retnet" info -m "$data/families/fla-fused-bf16" --json
+contains "info json dtype" "$work/out" '"BF16"'
+contains "info json family" "$work/out" '"family":"fla"'
+expect_ok "info syncdoth shards" "$retnet" info -m "$data/families/syncdoth-lm-decay"
+contains "info syncdoth" "$work/out" "family      syncdoth"
+contains "info shards" "$work/out" "2 safetensors file(s)"
+mkdir -p "$work/withtok"
+cp "$data/torchscale-tiny/config.json" "$data/torchscale-tiny/model.safetensors" "$work/withtok/"
+echo '{"model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0, "b": 1}}}' >"$work/withtok/tokenizer.json"
+expect_ok "info tokenizer.json" "$retnet" info -m "$work/withtok"
+contains "info tokenizer kind" "$work/out" "tokenizer.json: BPE, byte fallback"
+# Unsupported variants and mixed families: one line each.
+mkdir -p "$work/conv"
+cp "$data/fla-tiny/model.safetensors" "$work/conv/"
+sed 's/"use_short_conv": false/"use_short_conv": true/' "$data/fla-tiny/config.json" >"$work/conv/config.json"
+expect_error "fla short conv" "use_short_conv" "$retnet" generate -m "$work/conv" -p hi
+expect_error "fla short conv info" "use_short_conv" "$retnet" info -m "$work/conv"
+cp "$data/syncdoth-tiny/config.json" "$work/conv/config.json"
+expect_error "mixed families" "mixes checkpoint families" "$retnet" score -m "$work/conv" --tokens 1,2,3
 
 # --- bad input: one line, non-zero, no crash
 expect_error "no command" "missing command" "$retnet"

@@ -456,7 +456,9 @@ int bench(const Args& args) {
   const auto logits_mode =
       logits_flag == "all" ? retnet::LogitsMode::kAll : retnet::LogitsMode::kLast;
 
+  const auto load_start = std::chrono::steady_clock::now();
   const Model model = bench_model(args);
+  const double load_seconds = seconds_since(load_start);
   const auto& config = model.config();
   std::mt19937_64 rng(7);
   retnet::TokenMatrix prompt(batch, prompt_len);
@@ -508,6 +510,7 @@ int bench(const Args& args) {
                         {"decode_tokens_per_s", decode_tps},
                         {"decode_ms_per_step", gen_len ? 1000.0 * decode / double(gen_len) : 0.0},
                         {"peak_rss_bytes", peak_rss_bytes()},
+                        {"load_seconds", load_seconds},
                         {"state_bytes", state_bytes},
                         {"weight_bytes", weight_bytes},
                         {"decode_step_weight_bytes", step_bytes},
@@ -523,6 +526,93 @@ int bench(const Args& args) {
     std::printf("weights %.1f MB, state %.1f KB, peak RSS %.1f MB (median of %d runs)\n",
                 weight_bytes / 1e6, state_bytes / 1e3, peak_rss_bytes() / 1e6, repeat);
   }
+  return 0;
+}
+
+// ---------------------------------------------------------------- info
+
+const std::vector<Flag> kInfoFlags = {
+    model_flag(),
+    toggle("--json", "print one JSON object"),
+};
+
+/// The kind of a Hugging Face tokenizer.json, from its JSON alone: the model type, and for BPE
+/// whether it works on bytes (ByteLevel) or falls back to <0xNN> tokens (SentencePiece style).
+std::string tokenizer_kind(const std::string& dir) {
+  const std::string path = dir + "/tokenizer.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "byte-level (no tokenizer.json: ids 0-255)";
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    throw retnet::FormatError(path + ": not valid JSON");
+  }
+  const nlohmann::json model = j.value("model", nlohmann::json::object());
+  std::string kind = "tokenizer.json: " + model.value("type", std::string("unknown model type"));
+  const std::string text = j.dump();
+  if (model.value("byte_fallback", false))
+    kind += ", byte fallback (SentencePiece style)";
+  else if (text.find("\"ByteLevel\"") != std::string::npos)
+    kind += ", byte-level";
+  if (model.contains("vocab") && model["vocab"].is_object())
+    kind += ", " + std::to_string(model["vocab"].size()) + " tokens";
+  return kind + " (not supported yet by generate and score)";
+}
+
+int info(const Args& args) {
+  const std::string dir = args.str("-m");
+  retnet::CheckpointReader reader(dir);
+  const retnet::ModelConfig c = retnet::load_config(dir, reader);
+  std::map<std::string, std::pair<int64_t, uint64_t>> dtypes;  // tensors, bytes
+  int64_t parameters = 0;
+  for (const auto& shard : reader.shards())
+    for (const auto& t : shard.tensors()) {
+      if (t.name.find("retnet_rel_pos.") != std::string::npos) continue;  // derived buffers
+      parameters += t.numel();
+      auto& d = dtypes[retnet::dtype_name(t.dtype)];
+      d.first += 1, d.second += t.nbytes();
+    }
+  const std::string tokenizer = tokenizer_kind(dir);
+  const bool fla = c.family == retnet::Family::kFla;
+  const std::string mlp = !c.use_glu        ? "plain FFN"
+                          : c.fused_gate_up ? "GLU, gate and up fused in one [2F, d] tensor"
+                          : fla             ? "GLU (gate_proj, up_proj)"
+                                            : "GLU (fc1, gate)";
+  if (args.has("--json")) {
+    nlohmann::json j = {{"family", retnet::family_name(c.family)},
+                        {"layers", c.layers},
+                        {"embed_dim", c.embed_dim},
+                        {"heads", c.heads},
+                        {"kv_heads", c.key_value_heads()},
+                        {"key_head_dim", c.key_head_dim()},
+                        {"value_head_dim", c.value_head_dim()},
+                        {"ffn_dim", c.ffn_dim},
+                        {"vocab_size", c.vocab_size},
+                        {"tied_embeddings", c.tie_embeddings},
+                        {"parameters", parameters},
+                        {"files", reader.shards().size()},
+                        {"tokenizer", tokenizer}};
+    for (const auto& [name, d] : dtypes)
+      j["dtypes"][name] = {{"tensors", d.first}, {"bytes", d.second}};
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::printf("family      %s\n", retnet::family_name(c.family));
+  std::printf("layers      %ld, d %ld, heads %ld (key/value heads %ld), dk %ld, dv %ld\n",
+              long(c.layers), long(c.embed_dim), long(c.heads), long(c.key_value_heads()),
+              long(c.key_head_dim()), long(c.value_head_dim()));
+  std::printf("ffn         %ld, %s\n", long(c.ffn_dim), mlp.c_str());
+  std::printf("vocab       %ld, %s\n", long(c.vocab_size), c.tie_embeddings ? "tied" : "untied");
+  std::printf("parameters  %ld (%.3f %s)\n", long(parameters),
+              parameters >= 1e9 ? parameters / 1e9 : parameters / 1e6,
+              parameters >= 1e9 ? "B" : "M");
+  for (const auto& [name, d] : dtypes)
+    std::printf("stored      %s: %ld tensors, %.1f MB\n", name.c_str(), long(d.first),
+                d.second / 1e6);
+  std::printf("files       %zu safetensors file(s)\n", reader.shards().size());
+  std::printf("tokenizer   %s\n", tokenizer.c_str());
   return 0;
 }
 
@@ -545,6 +635,9 @@ const Command kCommands[] = {
      score},
     {"bench", "retnet bench (-m DIR | --config CONFIG.json) [options]",
      "Times reading a prompt and decoding after it.", kBenchFlags, bench},
+    {"info", "retnet info -m DIR [--json]",
+     "Describes a model folder: family, sizes, parameters, stored dtypes, tokenizer.", kInfoFlags,
+     info},
 };
 
 std::string overview() {
@@ -561,7 +654,8 @@ std::string overview() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs("retnet: missing command (generate, score, bench); see retnet --help\n", stderr);
+    std::fputs("retnet: missing command (generate, score, bench, info); see retnet --help\n",
+               stderr);
     return 2;
   }
   const std::string name = argv[1];
@@ -571,7 +665,8 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands)
     if (name == c.name) command = &c;
   if (!command) {
-    std::fprintf(stderr, "retnet: unknown command '%s' (generate, score, bench)\n", name.c_str());
+    std::fprintf(stderr, "retnet: unknown command '%s' (generate, score, bench, info)\n",
+                 name.c_str());
     return 2;
   }
   try {
