@@ -5,7 +5,8 @@
     cmake -S . -B build-rel -DRETNET_BUILD_TESTS=OFF && cmake --build build-rel --target retnet_cli
     /usr/bin/python3 benchmarks/real_size.py /tmp/retnet-1.3B-synthetic build-rel/tools/retnet
 
-Measures, each in a fresh process at --threads threads (default 2):
+Measures, each in a fresh process at --threads threads (default 2), retnet and PyTorch alternating
+for --rounds rounds (each side's median round is kept):
   * the machine: read bandwidth (torch.sum over 1 GiB float32) and float32 GEMM peak (torch.mm,
     the model's prompt shapes);
   * retnet: `retnet bench -m DIR --prompt-len 1 --gen-len 1 --json` (peak RSS, load time), then
@@ -218,10 +219,11 @@ def run_worker(task, params):
 # ---------------------------------------------------------------- retnet side
 
 
-def retnet_bench(cli, model, threads, prompt_len, gen_len, repeat):
+def retnet_bench(cli, model, threads, prompt_len, gen_len, repeat, chunk):
     out = subprocess.run([cli, "bench", "-m", model, "--prompt-len", str(prompt_len), "--gen-len",
                           str(gen_len), "--repeat", str(repeat), "--threads", str(threads),
-                          "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout
+                          "--chunk-size", str(chunk), "--json"], check=True, stdout=subprocess.PIPE,
+                         text=True).stdout
     return json.loads(out)
 
 
@@ -232,7 +234,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--gen-len", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--chunk-size", type=int, default=0,
+                    help="retnet's prompt chunk (default: the whole prompt, like PyTorch's parallel form)")
     ap.add_argument("--out")
     ap.add_argument("--worker")
     a = ap.parse_args()
@@ -246,47 +251,69 @@ def main():
     inter = 256 * ((int(d * cfg["hidden_ratio"] * 2 / 3) + 255) // 256)
     P = a.prompt_len
     res = dict(model=a.model, threads=a.threads, prompt_len=P, gen_len=a.gen_len, repeat=a.repeat,
+               retnet_chunk=a.chunk_size or P,
                cpu=subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout.split(
                    "Model name:")[1].splitlines()[0].strip(),
                load_average_start=os.getloadavg())
+    limits = dict(threads=a.threads, gemm_shapes=[
+        (P, d, kd), (P, d, 2 * inter), (P, inter, d), (P, vd, d), (P, d, vocab)])
     log("machine: read bandwidth and GEMM peak...")
-    res["machine"] = run_worker("machine", dict(threads=a.threads, gemm_shapes=[
-        (P, d, kd), (P, d, 2 * inter), (P, inter, d), (P, vd, d), (P, d, vocab)]))
-    log(f"  {res['machine']}")
+    machine = [run_worker("machine", limits)]
+    log(f"  {machine[-1]}")
 
     log("retnet: load, peak memory (prompt 1, gen 1)...")
-    mem = retnet_bench(a.cli, a.model, a.threads, 1, 1, 1)
-    log("retnet: prompt and decode...")
-    speed = retnet_bench(a.cli, a.model, a.threads, P, a.gen_len, a.repeat)
-    res["retnet"] = dict(load_seconds=mem["load_seconds"], peak_rss_bytes=mem["peak_rss_bytes"],
-                         weight_bytes=mem["weight_bytes"], step_bytes=mem["decode_step_weight_bytes"],
-                         prefill_tokens_per_s=speed["prefill_tokens_per_s"],
-                         decode_tokens_per_s=speed["decode_tokens_per_s"],
-                         prefill_seconds_all=speed["prefill_seconds_all"],
-                         decode_seconds_all=speed["decode_seconds_all"])
-    log(f"  {res['retnet']}")
-
+    chunk = a.chunk_size or P
+    mem = retnet_bench(a.cli, a.model, a.threads, 1, 1, 1, 1)
     check = [3, 141, 59, 26, 535, 89, 79, 323]
     subprocess.run([a.cli, "score", "-m", a.model, "--tokens", ",".join(map(str, check)), "--mode",
                     "recurrent", "--logits-out", "/tmp/real_size_logits.npy"], check=True,
                    stdout=subprocess.DEVNULL)
-    log("PyTorch: load, prompt, decode...")
-    pt = run_worker("torch", dict(model=a.model, threads=a.threads, prompt_len=P, gen_len=a.gen_len,
-                                  repeat=a.repeat, check_tokens=check))
-    ours = np.load("/tmp/real_size_logits.npy").astype(np.float64)
-    theirs = np.array(pt.pop("check_logits_recurrent_after_parallel"))
-    ours = ours[3:]  # PyTorch's rows: position 3 (parallel prompt of 4), then steps 4..7
-    pt["check_relative_difference_vs_retnet"] = float(np.abs(ours - theirs).max() / np.abs(ours).max())
-    pt["prefill_tokens_per_s"] = P / float(np.median(pt["prefill_seconds_all"]))
-    pt["decode_tokens_per_s"] = a.gen_len / float(np.median(pt["decode_seconds_all"]))
-    res["pytorch"] = pt
-    log(f"  {pt}")
+    ours = np.load("/tmp/real_size_logits.npy").astype(np.float64)[3:]  # PyTorch's rows: position
+    # 3 (the end of a parallel prompt of 4 tokens), then recurrent steps 4..7
 
+    # The two sides alternate, round after round, so that both see the same machine (others'
+    # work on shared cores changes its speed from minute to minute); each keeps its median round.
+    rounds_rn, rounds_pt = [], []
+    for r in range(a.rounds):
+        log(f"round {r + 1}/{a.rounds}: retnet...")
+        rounds_rn.append(retnet_bench(a.cli, a.model, a.threads, P, a.gen_len, a.repeat, chunk))
+        log(f"  prompt {rounds_rn[-1]['prefill_tokens_per_s']:.2f} tok/s, decode "
+            f"{rounds_rn[-1]['decode_tokens_per_s']:.3f} tok/s, load {rounds_rn[-1]['load_seconds']:.1f} s")
+        log(f"round {r + 1}/{a.rounds}: PyTorch...")
+        pt = run_worker("torch", dict(model=a.model, threads=a.threads, prompt_len=P, gen_len=a.gen_len,
+                                      repeat=a.repeat, check_tokens=check))
+        theirs = np.array(pt.pop("check_logits_recurrent_after_parallel"))
+        pt["check_relative_difference_vs_retnet"] = float(np.abs(ours - theirs).max() / np.abs(ours).max())
+        pt["prefill_tokens_per_s"] = P / float(np.median(pt["prefill_seconds_all"]))
+        pt["decode_tokens_per_s"] = a.gen_len / float(np.median(pt["decode_seconds_all"]))
+        rounds_pt.append(pt)
+        log(f"  prompt {pt['prefill_tokens_per_s']:.2f} tok/s, decode {pt['decode_tokens_per_s']:.3f} tok/s, "
+            f"load {pt['load_seconds']:.1f} s, logits vs retnet {pt['check_relative_difference_vs_retnet']:.1e}")
+    machine.append(run_worker("machine", limits))
+    log(f"  {machine[-1]}")
+    res["machine"] = dict(runs=machine,
+                          read_bandwidth_gb_per_s=max(x["read_bandwidth_gb_per_s"] for x in machine),
+                          gemm_peak_gflops=max(x["gemm_peak_gflops"] for x in machine))
+
+    def med(rows, key):
+        return float(np.median([row[key] for row in rows]))
+
+    res["retnet"] = dict(load_seconds=mem["load_seconds"], peak_rss_bytes=mem["peak_rss_bytes"],
+                         weight_bytes=mem["weight_bytes"], step_bytes=mem["decode_step_weight_bytes"],
+                         prefill_tokens_per_s=med(rounds_rn, "prefill_tokens_per_s"),
+                         decode_tokens_per_s=med(rounds_rn, "decode_tokens_per_s"),
+                         load_seconds_rounds=[x["load_seconds"] for x in rounds_rn], rounds=rounds_rn)
+    res["pytorch"] = dict(load_seconds=med(rounds_pt, "load_seconds"),
+                          peak_rss_bytes=max(x["peak_rss_bytes"] for x in rounds_pt),
+                          prefill_tokens_per_s=med(rounds_pt, "prefill_tokens_per_s"),
+                          decode_tokens_per_s=med(rounds_pt, "decode_tokens_per_s"),
+                          check_relative_difference_vs_retnet=rounds_pt[0]["check_relative_difference_vs_retnet"],
+                          version=rounds_pt[0]["version"], rounds=rounds_pt)
     m, r = res["machine"], res["retnet"]
     step_params = r["step_bytes"] / 4
     # Retention per token and layer in the chunkwise form (chunk C): the state's read and update
     # (2 x 2·dk·dv per head) and at most a chunk's scores and their product with V.
-    C = cfg.get("recurrent_chunk_size", 64)
+    C = a.chunk_size or P
     retention_flops = h * (4 * (kd // h) * (vd // h) + 2 * C * (kd // h + vd // h))
     res["bounds"] = dict(
         float32_weight_bytes=r["weight_bytes"],
