@@ -74,8 +74,8 @@ class CheckpointReader {
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
 
   /// Whether the logical tensor exists. "output_projection.weight" also matches
-  /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`; `lm_head.*` is looked up
-  /// without the prefix too (HF stores it beside `model.`).
+  /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`. With fla's naming,
+  /// `lm_head.*` is looked up without the prefix (stored beside `model.`).
   bool has(const std::string& logical_name) const { return locate(logical_name) != nullptr; }
 
   /// The header entry of a logical tensor; throws FormatError "DIR: missing tensor NAME".
@@ -131,14 +131,16 @@ class CheckpointReader {
       for (const char* alt : {"output_projection.weight", "lm_head.weight"})
         if (const Location* loc = find_physical(alt)) return loc;
     }
-    if (logical_name.rfind("lm_head.", 0) == 0) return find_physical(logical_name);
+    if (naming_ == TensorNaming::kFla && logical_name.rfind("lm_head.", 0) == 0)
+      return find_physical(logical_name);
     return nullptr;
   }
 
   const Location& require_location(const std::string& logical_name) const {
     const Location* loc = locate(logical_name);
     if (!loc) {
-      const bool unprefixed = logical_name.rfind("lm_head.", 0) == 0;
+      const bool unprefixed =
+          naming_ == TensorNaming::kFla && logical_name.rfind("lm_head.", 0) == 0;
       throw FormatError(dir_ + ": missing tensor " + (unprefixed ? "" : prefix_) + logical_name);
     }
     return *loc;
