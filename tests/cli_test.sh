@@ -68,7 +68,7 @@ expect_bytes() {  # name, expected size, command...
 # --- help
 expect_ok "help" "$retnet" --help
 contains "help text" "$work/out" "usage: retnet"
-for c in generate score bench; do
+for c in generate score bench tokenize detokenize info; do
   expect_ok "$c --help" "$retnet" $c --help
   contains "$c --help text" "$work/out" "usage: retnet $c"
 done
@@ -213,6 +213,32 @@ expect_number "bench batch" "$work/out" batch "a == 2"
 expect_ok "bench -m" "$retnet" bench -m "$model" --prompt-len 8 --gen-len 2 --mode parallel --repeat 1 --json --threads 1
 expect_number "bench -m prompt length" "$work/out" prompt_len "a == 8"
 expect_number "bench -m weight bytes" "$work/out" weight_bytes "a == 37536 * 4"
+
+# --- info: family, sizes, parameters, dtypes, tokenizer kind
+expect_ok "info fla" "$retnet" info -m "$data/fla-tiny"
+contains "info family" "$work/out" "family      fla"
+contains "info parameters" "$work/out" "parameters  176640"
+contains "info dtypes" "$work/out" "F32: 25 tensors"
+contains "info tokenizer" "$work/out" "byte-level (no tokenizer.json"
+expect_ok "info fused bf16" "$retnet" info -m "$data/families/fla-fused-bf16" --json
+contains "info json dtype" "$work/out" '"BF16"'
+contains "info json family" "$work/out" '"family":"fla"'
+expect_ok "info syncdoth shards" "$retnet" info -m "$data/families/syncdoth-lm-decay"
+contains "info syncdoth" "$work/out" "family      syncdoth"
+contains "info shards" "$work/out" "2 safetensors file(s)"
+mkdir -p "$work/withtok"
+cp "$data/torchscale-tiny/config.json" "$data/torchscale-tiny/model.safetensors" "$work/withtok/"
+cp "$data/tokenizers/llama2/tokenizer.json" "$work/withtok/"
+expect_ok "info tokenizer.json" "$retnet" info -m "$work/withtok"
+contains "info tokenizer kind" "$work/out" "tokenizer.json, BPE, byte fallback (SentencePiece style), 32000 ids"
+# Unsupported variants and mixed families: one line each.
+mkdir -p "$work/conv"
+cp "$data/fla-tiny/model.safetensors" "$work/conv/"
+sed 's/"use_short_conv": false/"use_short_conv": true/' "$data/fla-tiny/config.json" >"$work/conv/config.json"
+expect_error "fla short conv" "use_short_conv" "$retnet" generate -m "$work/conv" -p hi
+expect_error "fla short conv info" "use_short_conv" "$retnet" info -m "$work/conv"
+cp "$data/syncdoth-tiny/config.json" "$work/conv/config.json"
+expect_error "mixed families" "mixes checkpoint families" "$retnet" score -m "$work/conv" --tokens 1,2,3
 
 # --- bad input: one line, non-zero, no crash
 expect_error "no command" "missing command" "$retnet"

@@ -432,7 +432,9 @@ int bench(const Args& args) {
   const auto logits_mode =
       logits_flag == "all" ? retnet::LogitsMode::kAll : retnet::LogitsMode::kLast;
 
+  const auto load_start = std::chrono::steady_clock::now();
   const Model model = bench_model(args);
+  const double load_seconds = seconds_since(load_start);
   const auto& config = model.config();
   std::mt19937_64 rng(7);
   retnet::TokenMatrix prompt(batch, prompt_len);
@@ -484,6 +486,7 @@ int bench(const Args& args) {
                         {"decode_tokens_per_s", decode_tps},
                         {"decode_ms_per_step", gen_len ? 1000.0 * decode / double(gen_len) : 0.0},
                         {"peak_rss_bytes", peak_rss_bytes()},
+                        {"load_seconds", load_seconds},
                         {"state_bytes", state_bytes},
                         {"weight_bytes", weight_bytes},
                         {"decode_step_weight_bytes", step_bytes},
@@ -544,6 +547,81 @@ int detokenize(const Args& args) {
   return 0;
 }
 
+// ---------------------------------------------------------------- info
+
+const std::vector<Flag> kInfoFlags = {
+    model_flag(),
+    toggle("--json", "print one JSON object"),
+};
+
+/// What reads the folder's text: its tokenizer.json (loaded, so a broken one is reported) or,
+/// without one, bytes.
+std::string tokenizer_kind(const std::string& dir) {
+  const auto tokenizer = retnet::load_tokenizer(dir);
+  const auto* hf = dynamic_cast<const retnet::HfTokenizer*>(tokenizer.get());
+  if (!hf) return "byte-level (no tokenizer.json: ids 0-255)";
+  return std::string("tokenizer.json, BPE") +
+         (hf->byte_level()      ? ", byte-level"
+          : hf->byte_fallback() ? ", byte fallback (SentencePiece style)"
+                                : "") +
+         ", " + std::to_string(hf->vocab_size()) + " ids";
+}
+
+int info(const Args& args) {
+  const std::string dir = args.str("-m");
+  retnet::CheckpointReader reader(dir);
+  const retnet::ModelConfig c = retnet::load_config(dir, reader);
+  std::map<std::string, std::pair<int64_t, uint64_t>> dtypes;  // tensors, bytes
+  int64_t parameters = 0;
+  for (const auto& shard : reader.shards())
+    for (const auto& t : shard.tensors()) {
+      if (t.name.find("retnet_rel_pos.") != std::string::npos) continue;  // derived buffers
+      parameters += t.numel();
+      auto& d = dtypes[retnet::dtype_name(t.dtype)];
+      d.first += 1, d.second += t.nbytes();
+    }
+  const std::string tokenizer = tokenizer_kind(dir);
+  const bool fla = c.family == retnet::Family::kFla;
+  const std::string mlp = !c.use_glu        ? "plain FFN"
+                          : c.fused_gate_up ? "GLU, gate and up fused in one [2F, d] tensor"
+                          : fla             ? "GLU (gate_proj, up_proj)"
+                                            : "GLU (fc1, gate)";
+  if (args.has("--json")) {
+    nlohmann::json j = {{"family", retnet::family_name(c.family)},
+                        {"layers", c.layers},
+                        {"embed_dim", c.embed_dim},
+                        {"heads", c.heads},
+                        {"kv_heads", c.key_value_heads()},
+                        {"key_head_dim", c.key_head_dim()},
+                        {"value_head_dim", c.value_head_dim()},
+                        {"ffn_dim", c.ffn_dim},
+                        {"vocab_size", c.vocab_size},
+                        {"tied_embeddings", c.tie_embeddings},
+                        {"parameters", parameters},
+                        {"files", reader.shards().size()},
+                        {"tokenizer", tokenizer}};
+    for (const auto& [name, d] : dtypes)
+      j["dtypes"][name] = {{"tensors", d.first}, {"bytes", d.second}};
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::printf("family      %s\n", retnet::family_name(c.family));
+  std::printf("layers      %ld, d %ld, heads %ld (key/value heads %ld), dk %ld, dv %ld\n",
+              long(c.layers), long(c.embed_dim), long(c.heads), long(c.key_value_heads()),
+              long(c.key_head_dim()), long(c.value_head_dim()));
+  std::printf("ffn         %ld, %s\n", long(c.ffn_dim), mlp.c_str());
+  std::printf("vocab       %ld, %s\n", long(c.vocab_size), c.tie_embeddings ? "tied" : "untied");
+  std::printf("parameters  %ld (%.3f %s)\n", long(parameters),
+              parameters >= 1e9 ? parameters / 1e9 : parameters / 1e6,
+              parameters >= 1e9 ? "B" : "M");
+  for (const auto& [name, d] : dtypes)
+    std::printf("stored      %s: %ld tensors, %.1f MB\n", name.c_str(), long(d.first),
+                d.second / 1e6);
+  std::printf("files       %zu safetensors file(s)\n", reader.shards().size());
+  std::printf("tokenizer   %s\n", tokenizer.c_str());
+  return 0;
+}
+
 // ---------------------------------------------------------------- commands
 
 struct Command {
@@ -569,6 +647,9 @@ const Command kCommands[] = {
     {"detokenize", "retnet detokenize -m DIR --ids 1,2,3",
      "Writes the text of token ids to stdout, byte for byte (special tokens skipped).",
      kDetokenizeFlags, detokenize},
+    {"info", "retnet info -m DIR [--json]",
+     "Describes a model folder: family, sizes, parameters, stored dtypes, tokenizer.", kInfoFlags,
+     info},
 };
 
 std::string overview() {

@@ -28,6 +28,12 @@
 
 namespace retnet {
 
+/// The two naming schemes of docs/FORMATS.md#published-checkpoint-families.
+enum class TensorNaming {
+  kTorchscale,  // embed_tokens.weight, layers.{i}.retention.* (torchscale, fairseq, syncdoth)
+  kFla,         // model.embeddings.weight, model.layers.{i}.attn.* (flash-linear-attention)
+};
+
 class CheckpointReader {
  public:
   /// Largest model.safetensors.index.json read (a real one lists a few thousand tensors in a
@@ -59,8 +65,17 @@ class CheckpointReader {
   }
 
   const std::string& dir() const { return dir_; }
-  /// The detected tensor name prefix: "" (torchscale), "decoder." (fairseq) or "model." (HF).
+  /// The detected tensor name prefix: "" (torchscale), "decoder." (fairseq) or "model." (HF,
+  /// fla).
   std::string prefix() const { return prefix_; }
+  /// Which family's names the tensors use, from the embedding's name.
+  TensorNaming naming() const { return naming_; }
+  /// Every stored tensor name, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, loc] : names_) out.push_back(name);
+    return out;
+  }
   /// Total size of all tensor data in bytes, over every shard.
   uint64_t total_bytes() const {
     uint64_t total = 0;
@@ -73,7 +88,8 @@ class CheckpointReader {
   size_t tensor_count() const { return names_.size(); }
 
   /// Whether the logical tensor exists. "output_projection.weight" also matches
-  /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`.
+  /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`. With fla's naming,
+  /// `lm_head.*` is looked up without the prefix (stored beside `model.`).
   bool has(const std::string& logical_name) const { return locate(logical_name) != nullptr; }
 
   /// The header entry of a logical tensor; throws FormatError "DIR: missing tensor NAME".
@@ -161,12 +177,18 @@ class CheckpointReader {
       for (const char* alt : {"output_projection.weight", "lm_head.weight"})
         if (const Location* loc = find_physical(alt)) return loc;
     }
+    if (naming_ == TensorNaming::kFla && logical_name.rfind("lm_head.", 0) == 0)
+      return find_physical(logical_name);
     return nullptr;
   }
 
   const Location& require_location(const std::string& logical_name) const {
     const Location* loc = locate(logical_name);
-    if (!loc) throw FormatError(dir_ + ": missing tensor " + prefix_ + logical_name);
+    if (!loc) {
+      const bool unprefixed =
+          naming_ == TensorNaming::kFla && logical_name.rfind("lm_head.", 0) == 0;
+      throw FormatError(dir_ + ": missing tensor " + (unprefixed ? "" : prefix_) + logical_name);
+    }
     return *loc;
   }
 
@@ -220,13 +242,29 @@ class CheckpointReader {
   }
 
   void detect_prefix() {
+    // syncdoth's layout of September 2023 and earlier: another model, whatever its embedding.
+    for (const auto& [name, loc] : names_)
+      if (name.find("blocks.") != std::string::npos &&
+          (name.find(".msr.") != std::string::npos || name.find(".ln1.") != std::string::npos))
+        throw FormatError(shards_[loc.shard].path() + ": tensor " + name +
+                          " is syncdoth's layout of September 2023 or earlier (blocks.{i}.msr, "
+                          "ln1/ln2), a different model: not supported");
     std::vector<std::string> found;
     for (const char* p : {"", "decoder.", "model."})
       if (find_physical(std::string(p) + "embed_tokens.weight")) found.push_back(p);
+    const bool fla = find_physical("model.embeddings.weight") != nullptr;
+    if (fla && !found.empty())
+      throw FormatError(dir_ +
+                        ": mixes checkpoint families: has model.embeddings.weight (fla) and " +
+                        found[0] + "embed_tokens.weight (torchscale, syncdoth)");
+    if (fla) {
+      prefix_ = "model.", naming_ = TensorNaming::kFla;
+      return;
+    }
     if (found.empty())
       throw FormatError(dir_ + ": missing tensor embed_tokens.weight (looked for " +
-                        "embed_tokens.weight, decoder.embed_tokens.weight and " +
-                        "model.embed_tokens.weight)");
+                        "embed_tokens.weight, decoder.embed_tokens.weight, " +
+                        "model.embed_tokens.weight and fla's model.embeddings.weight)");
     if (found.size() > 1)
       throw FormatError(dir_ + ": ambiguous tensor prefix: both " + found[0] +
                         "embed_tokens.weight and " + found[1] +
@@ -236,6 +274,7 @@ class CheckpointReader {
 
   std::string dir_;
   std::string prefix_;
+  TensorNaming naming_ = TensorNaming::kTorchscale;
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, Location> names_;  // physical name -> where it is stored
   std::set<std::string> consumed_;         // physical names read so far

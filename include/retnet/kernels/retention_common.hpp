@@ -30,6 +30,19 @@ std::vector<Scalar> default_decays(Index heads) {
   return decays;
 }
 
+/// The decays of use_lm_decay (torchscale, syncdoth; docs/NUMERICS.md#retention):
+/// gamma_h = 1 - 2^(-5 - 4h/(H-1)), from 1 - 1/32 to 1 - 1/512 (1 - 1/32 for one head). The
+/// exponent is computed in double, then rounded to Scalar.
+template <typename Scalar>
+std::vector<Scalar> lm_decays(Index heads) {
+  std::vector<Scalar> decays(static_cast<size_t>(heads));
+  for (Index h = 0; h < heads; ++h) {
+    const double e = heads > 1 ? -5.0 - 4.0 * double(h) / double(heads - 1) : -5.0;
+    decays[h] = static_cast<Scalar>(1.0 - std::pow(2.0, e));
+  }
+  return decays;
+}
+
 namespace detail {
 
 /// Checks that there is one decay per head and that each lies in (0, 1].

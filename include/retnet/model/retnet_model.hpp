@@ -1,4 +1,5 @@
-// A full RetNet decoder (docs/NUMERICS.md#decoder):
+// A full RetNet decoder (docs/NUMERICS.md#decoder), for every checkpoint family: what differs
+// between them is in the layers' parameters, derived from the config by layer_params():
 //     x = E[token] · (sqrt(d) if scale_embedding);  x = norm(x) ⊙ w_emb if layernorm_embedding
 //     x = layer_i(x) for each layer
 //     logits = (norm(x) ⊙ w_layer_norm) Woutᵀ            (Wout = E when tied)
@@ -150,24 +151,37 @@ class RetNetModel {
   }
 
  private:
-  Index state_columns() const { return config_.value_head_dim() + 1; }
+  Index state_columns() const { return layer_params_.retention.state_columns(); }
 
+ public:
+  /// What the layers compute, derived from the config: the one place where the families'
+  /// differences (docs/FORMATS.md#published-checkpoint-families) become layer parameters.
   static DecoderLayerParams<Scalar> layer_params(const ModelConfig& c) {
+    const bool fla = c.family == Family::kFla;
     DecoderLayerParams<Scalar> p;
     p.eps = static_cast<Scalar>(c.eps);
     p.retention.heads = c.heads;
+    p.retention.key_value_heads = c.key_value_heads();
     p.retention.key_head_dim = c.key_head_dim();
     p.retention.value_head_dim = c.value_head_dim();
     p.retention.head_norm = c.norm;
     p.retention.eps = p.eps;
-    p.retention.decays = default_decays<Scalar>(c.heads);
+    // torchscale and syncdoth: pairs, torchscale's factors, no weight on the per-head norm, an
+    // output gate. fla: halves, plain retention, and its own switches.
+    p.retention.rotation = fla ? RotationLayout::kHalves : RotationLayout::kPairs;
+    p.retention.scaling = fla ? RetentionScaling::kNone : RetentionScaling::kTorchscale;
+    p.retention.head_norm_weight = fla && c.head_norm_weight;
+    p.retention.output_gate = !fla || c.output_gate;
+    p.retention.decays = c.lm_decay ? lm_decays<Scalar>(c.heads) : default_decays<Scalar>(c.heads);
     p.ffn.activation = c.activation;
     p.ffn.glu = c.use_glu;
+    p.ffn.fused_gate = fla && c.fused_gate_up;
     p.ffn.subln = !c.use_glu && c.subln;
     p.ffn.eps = p.eps;
     return p;
   }
 
+ private:
   Index segment_length(Form form, Index time, Index chunk_size) const {
     if (form == Form::kParallel) return std::max<Index>(time, 1);
     if (form == Form::kRecurrent) return 1;
@@ -204,7 +218,8 @@ class RetNetModel {
   void read_segment(const Tokens& tokens, Form form, ModelState<Scalar>& state,
                     Workspace<Scalar>& ws) const {
     embed(tokens, ws);
-    ws.layout.set(tokens.rows(), tokens.cols(), state.positions, config_.key_head_dim());
+    ws.layout.set(tokens.rows(), tokens.cols(), state.positions, config_.key_head_dim(),
+                  layer_params_.retention.rotation);
     for (size_t l = 0; l < weights_.layers.size(); ++l)
       decoder_layer(layer_params_, weights_.layers[l], ws.x, ws.layout, form, state.layers[l],
                     ws.layer);

@@ -1,4 +1,5 @@
-// All parameters of a RetNet decoder, with the shapes of docs/NUMERICS.md#tensor-names.
+// All parameters of a RetNet decoder, with the names and shapes of each checkpoint family:
+// docs/NUMERICS.md#tensor-names (torchscale, syncdoth) and docs/FORMATS.md (fla).
 #pragma once
 
 #include <algorithm>
@@ -45,8 +46,8 @@ struct ModelWeights {
   }
 
   /// Calls f(logical_name, tensor, expected_shape) for every tensor the config asks for, in
-  /// checkpoint naming. The one place that maps the names and shapes of
-  /// docs/NUMERICS.md#tensor-names onto this struct.
+  /// the naming of the config's family (without the checkpoint's prefix). The one place that
+  /// maps tensor names and shapes onto this struct.
   template <typename F>
   void visit(const ModelConfig& c, F&& f) {
     visit_impl(*this, c, f);
@@ -118,6 +119,15 @@ struct ModelWeights {
  private:
   template <typename Self, typename F>
   static void visit_impl(Self& w, const ModelConfig& c, F& f) {
+    if (c.family == Family::kFla)
+      visit_fla(w, c, f);
+    else
+      visit_torchscale(w, c, f);
+  }
+
+  /// torchscale and syncdoth names (docs/NUMERICS.md#tensor-names).
+  template <typename Self, typename F>
+  static void visit_torchscale(Self& w, const ModelConfig& c, F& f) {
     const int64_t d = c.embed_dim, dv = c.value_embed_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
     const bool layer_norm = c.norm == NormKind::kLayerNorm;
     auto norm = [&](const std::string& name, auto& n, int64_t size) {
@@ -157,6 +167,49 @@ struct ModelWeights {
     }
     norm("layer_norm", w.final_norm, d);
     if (!c.tie_embeddings) f("output_projection.weight", w.output, std::vector<int64_t>{vocab, d});
+  }
+
+  /// fla names (docs/FORMATS.md#fla-flash-linear-attention-retnetforcausallm), without the
+  /// "model." prefix; lm_head.weight is stored without it. Every norm is an RMSNorm.
+  template <typename Self, typename F>
+  static void visit_fla(Self& w, const ModelConfig& c, F& f) {
+    const int64_t d = c.embed_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
+    const int64_t key_dim = c.key_dim(), value_dim = c.value_embed_dim;
+    const int64_t group = c.heads / c.key_value_heads();
+    auto norm = [&](const std::string& name, auto& n) {
+      if constexpr (!std::is_const_v<std::remove_reference_t<decltype(n)>>)
+        n.kind = NormKind::kRMSNorm;
+      f(name, n.weight, std::vector<int64_t>{d});
+    };
+    if (c.tie_embeddings)
+      f("embeddings.weight", w.output, std::vector<int64_t>{vocab, d});
+    else
+      f("embeddings.weight", w.embed, std::vector<int64_t>{vocab, d});
+    for (int64_t i = 0; i < c.layers; ++i) {
+      auto& l = w.layers[static_cast<size_t>(i)];
+      const std::string p = "layers." + std::to_string(i) + ".";
+      norm(p + "attn_norm.weight", l.retention_norm);
+      f(p + "attn.q_proj.weight", l.retention.q_proj, std::vector<int64_t>{key_dim, d});
+      f(p + "attn.k_proj.weight", l.retention.k_proj, std::vector<int64_t>{key_dim / group, d});
+      f(p + "attn.v_proj.weight", l.retention.v_proj, std::vector<int64_t>{value_dim / group, d});
+      if (c.output_gate)
+        f(p + "attn.g_proj.weight", l.retention.g_proj, std::vector<int64_t>{value_dim, d});
+      if (c.head_norm_weight)
+        f(p + (c.output_gate && c.fused_norm_gate ? "attn.g_norm_swish_gate.weight"
+                                                  : "attn.g_norm.weight"),
+          l.retention.head_norm_weight, std::vector<int64_t>{c.value_head_dim()});
+      f(p + "attn.o_proj.weight", l.retention.out_proj, std::vector<int64_t>{d, value_dim});
+      norm(p + "mlp_norm.weight", l.final_norm);
+      if (c.fused_gate_up) {
+        f(p + "mlp.gate_proj.weight", l.ffn.fc1_and_gate, std::vector<int64_t>{2 * ffn, d});
+      } else {
+        f(p + "mlp.gate_proj.weight", l.ffn.fc1, std::vector<int64_t>{ffn, d});
+        f(p + "mlp.up_proj.weight", l.ffn.gate, std::vector<int64_t>{ffn, d});
+      }
+      f(p + "mlp.down_proj.weight", l.ffn.fc2, std::vector<int64_t>{d, ffn});
+    }
+    norm("norm.weight", w.final_norm);
+    if (!c.tie_embeddings) f("lm_head.weight", w.output, std::vector<int64_t>{vocab, d});
   }
 };
 
