@@ -184,7 +184,8 @@ class Generator {
     ModelState<Scalar> state = ModelState<Scalar>::concatenate(parts);
     std::vector<Sampler> samplers;
     std::vector<int32_t> next(static_cast<size_t>(batch));
-    std::vector<Stream> streams(static_cast<size_t>(batch), Stream{TextStream(params.stop_strings)});
+    std::vector<Stream> streams(static_cast<size_t>(batch),
+                                Stream{TextStream(params.stop_strings)});
     std::vector<GenerationResult> results(static_cast<size_t>(batch));
     for (Index b = 0; b < batch; ++b) {
       SamplerParams sp = params.sampler;
