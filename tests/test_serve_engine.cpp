@@ -52,6 +52,14 @@ JobParams params(const std::string& prompt, int64_t max_tokens, uint64_t seed,
   return p;
 }
 
+/// One compute thread: these tests check scheduling, and the machines that run them are shared
+/// (ARowSeesTheSameArithmeticInAnyBatch checks the arithmetic with the default threads).
+EngineOptions one_thread() {
+  EngineOptions o;
+  o.threads = 1;
+  return o;
+}
+
 /// The engine's counts once it has nothing left to do (they are updated at the end of a turn).
 EngineStats settled(const Engine& engine) {
   for (int i = 0; i < 200; ++i) {
@@ -152,7 +160,7 @@ TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
                                             "MENENIUS:",
                                             "What, ho!",
                                             "Z"};
-  EngineOptions options;
+  EngineOptions options = one_thread();
   options.max_batch = 8;
   options.prefill_chunk = 4;  // prompts take several turns, interleaved with steps
   std::vector<std::string> alone;
@@ -179,7 +187,7 @@ TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
 
 TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
   auto& f = fixture();
-  Engine engine(f.model, f.tokenizer, {});
+  Engine engine(f.model, f.tokenizer, one_thread());
   auto whole = make_job("ROMEO:", 40, 1, 0.0f);
   ASSERT_TRUE(engine.submit(whole));
   const std::string expected = drain(*whole);
@@ -204,7 +212,7 @@ TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
 
 TEST(ServeEngine, StopStringsEndTokensAndZeroTokens) {
   auto& f = fixture();
-  Engine engine(f.model, f.tokenizer, {});
+  Engine engine(f.model, f.tokenizer, one_thread());
   auto free_run = make_job("ROMEO:", 40, 5, 0.0f);
   ASSERT_TRUE(engine.submit(free_run));
   const std::string text = drain(*free_run);
@@ -225,7 +233,7 @@ TEST(ServeEngine, StopStringsEndTokensAndZeroTokens) {
 
 TEST(ServeEngine, ACancelledRequestLeavesAndTheRestGoOn) {
   auto& f = fixture();
-  Engine engine(f.model, f.tokenizer, {});
+  Engine engine(f.model, f.tokenizer, one_thread());
   auto stay = make_job("ROMEO:", 60, 9);
   auto leave = make_job("JULIET:", 100000, 9);
   ASSERT_TRUE(engine.submit(leave));
@@ -246,7 +254,7 @@ TEST(ServeEngine, ACancelledRequestLeavesAndTheRestGoOn) {
 
 TEST(ServeEngine, ABadTokenFailsOnlyItsRequest) {
   auto& f = fixture();
-  Engine engine(f.model, f.tokenizer, {});
+  Engine engine(f.model, f.tokenizer, one_thread());
   auto pb = params("x", 5, 1);
   pb.prompt = {1, 999999, 2};
   auto bad = make_job(std::move(pb));

@@ -66,11 +66,18 @@ async function api(method, path, body) {
   return data;
 }
 
-fetch("/v1/models", { headers: headers() }).then((r) => r.json()).then((d) => {
-  const m = d.data && d.data[0];
-  if (m) $("model").textContent = "model " + m.id + " · state " +
-    (m.meta.state_bytes / 1e6).toFixed(2) + " MB per sequence, whatever its length";
-}).catch(() => { $("model").textContent = ""; });
+let modelShown = false;
+function loadModel() {
+  if (modelShown) return;
+  api("GET", "/v1/models").then((d) => {
+    const m = d.data[0];
+    $("model").textContent = "model " + m.id + " · state " +
+      (m.meta.state_bytes / 1e6).toFixed(2) + " MB per sequence, whatever its length";
+    modelShown = true;
+  }).catch((e) => { $("model").textContent = e.message; });
+}
+loadModel();
+$("api_key").addEventListener("change", loadModel);
 
 async function newSession() {
   if (session) await api("DELETE", "/v1/sessions/" + session).catch(() => {});
@@ -90,6 +97,7 @@ function showError(message) {
 }
 
 $("go").onclick = async () => {
+  loadModel();
   const prompt = $("prompt").value;
   const body = { prompt, max_tokens: Number($("max_tokens").value) || 200,
                  temperature: Number($("temperature").value), stream: true,
