@@ -570,6 +570,27 @@ struct Server {
   }
 };
 
+/// For --random-weights: ids below 128 are their ASCII bytes, every other id of the model's
+/// vocabulary is the text "<id>". Sampling then runs over the whole vocabulary, as with a real
+/// tokenizer of that size, and every token is whole UTF-8 text (one streamed piece per token).
+class RandomWeightsTokenizer : public retnet::ByteTokenizer {
+ public:
+  explicit RandomWeightsTokenizer(int64_t vocab) : vocab_(vocab) {}
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string text;
+    for (int32_t id : ids) text += decode_token(id);
+    return text;
+  }
+  std::string decode_token(int32_t id) const override {
+    if (id < 0 || id >= vocab_) throw retnet::InvalidArgument("token id out of range");
+    return id < 128 ? std::string(1, char(id)) : "<" + std::to_string(id) + ">";
+  }
+  int64_t vocab_size() const override { return vocab_; }
+
+ private:
+  int64_t vocab_;
+};
+
 /// Model and tokenizer from -m, or random weights from a config (for benchmarks of shapes that
 /// have no trained checkpoint).
 std::unique_ptr<Model> load(const Args& args, std::string& model_id) {
@@ -600,7 +621,8 @@ int run(const Args& args) {
   const auto model = load(args, model_id);
   const auto tokenizer = args.has("-m")
                              ? retnet::load_tokenizer(args.str("-m"), model->config().vocab_size)
-                             : std::unique_ptr<retnet::Tokenizer>(new retnet::ByteTokenizer());
+                             : std::unique_ptr<retnet::Tokenizer>(
+                                   new RandomWeightsTokenizer(model->config().vocab_size));
 
   SessionStore sessions(*model, size_t(args.integer("--sessions-memory")) << 20,
                         args.has("--sessions-dir") ? args.str("--sessions-dir") : "");
