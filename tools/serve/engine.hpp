@@ -9,10 +9,13 @@
 // their updates; they never touch the model.
 //
 // Same seed, same output, alone or beside others: a row of the batched step must see the same
-// arithmetic whatever the other rows are. The panel kernel (ops/linear.hpp) gives every row the
-// same sums when it takes rows in blocks of at least 4 within its few-rows path, so the batch is
-// always stepped with a multiple of kRowGroup rows (idle rows pad it) and at most
-// max_invariant_rows() rows; tests/test_serve_engine.cpp checks this bit for bit.
+// arithmetic whatever the other rows are. Every operation of a step treats rows alike except the
+// panel kernel (ops/linear.hpp): it splits the sums of a block of 1-2 rows into interleaved
+// partial sums that a block of 4 or more does not, and changes its blocking above
+// max_invariant_rows(). So the batch is always stepped with a multiple of kRowGroup = 4 rows
+// (idle rows pad it) and at most max_invariant_rows() rows: every row then goes through the same
+// block shape. tests/test_serve_engine.cpp checks this bit for bit. (A kernel that summed every
+// block alike would let kRowGroup be 1: docs/PERFORMANCE.md, "retnet serve".)
 #pragma once
 
 #include <algorithm>
