@@ -2,13 +2,18 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev"
+# libcpp-httplib-dev builds retnet-serve; the server test (tests/server/run.sh) also needs node
+# and npm, and installs Chromium itself when it runs as root.
+RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev"
 
 install_dependencies() {
   local missing=()
   for p in $RETNET_PACKAGES "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
+  # Debian's nodejs and npm only when no npm is on the PATH: a NodeSource nodejs brings its own
+  # npm, which Debian's npm package conflicts with.
+  command -v npm >/dev/null || missing+=(nodejs npm)
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -eq 0 ]; then
     echo "installing: ${missing[*]}"

@@ -3,12 +3,14 @@
 // both parsing and --help; the work is done by Generator and RetNetModel.
 // Every error ends in one line on stderr and a non-zero exit status.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -659,7 +661,23 @@ std::string overview() {
     name.resize(13, ' ');
     out += name + c.summary + "\n";
   }
+  out += "  serve      An OpenAI-compatible HTTP server (the retnet-serve executable).\n";
   return out + "Run `retnet COMMAND --help` for the options of each.\n";
+}
+
+/// `retnet serve ...` runs retnet-serve from this executable's folder (tools/serve.cpp: its own
+/// executable, so that the command line needs no HTTP library). Returns only on failure.
+int exec_server(char** argv) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string server = (self.parent_path() / "retnet-serve").string();
+  argv[1] = const_cast<char*>(server.c_str());
+  execv(server.c_str(), argv + 1);
+  std::fprintf(stderr,
+               "retnet serve: cannot run %s (%s); it is built when cpp-httplib is found "
+               "(apt-get install libcpp-httplib-dev pkg-config)\n",
+               server.c_str(), std::strerror(errno));
+  return 1;
 }
 
 }  // namespace
@@ -672,6 +690,7 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help")
     return std::fputs(overview().c_str(), stdout), 0;
+  if (name == "serve") return exec_server(argv);
   const Command* command = nullptr;
   for (const Command& c : kCommands)
     if (name == c.name) command = &c;

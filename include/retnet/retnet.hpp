@@ -24,4 +24,5 @@
 #include "retnet/ops/rotation.hpp"
 #include "retnet/text/generate.hpp"
 #include "retnet/text/sampler.hpp"
+#include "retnet/text/text_stream.hpp"
 #include "retnet/text/tokenizer.hpp"

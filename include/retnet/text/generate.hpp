@@ -19,6 +19,7 @@
 
 #include "retnet/model/retnet_model.hpp"
 #include "retnet/text/sampler.hpp"
+#include "retnet/text/text_stream.hpp"
 #include "retnet/text/tokenizer.hpp"
 
 namespace retnet {
@@ -194,7 +195,8 @@ class Generator {
     ModelState<Scalar> state = ModelState<Scalar>::concatenate(parts);
     std::vector<Sampler> samplers;
     std::vector<int32_t> next(static_cast<size_t>(batch));
-    std::vector<Stream> streams(static_cast<size_t>(batch));
+    std::vector<Stream> streams(static_cast<size_t>(batch),
+                                Stream{TextStream(params.stop_strings)});
     std::vector<GenerationResult> results(static_cast<size_t>(batch));
     for (Index b = 0; b < batch; ++b) {
       SamplerParams sp = params.sampler;
@@ -222,8 +224,7 @@ class Generator {
           continue;
         }
         results[b].tokens.push_back(token);
-        streams[b].text += tokenizer_.decode_token(token);
-        if (emit(b, token, streams[b], params.stop_strings, on_token)) {
+        if (emit(b, token, streams[b], on_token)) {
           finish(b, streams[b], results[b], StopReason::kStopString, on_token), --running;
         } else if (produced + 1 == params.max_new_tokens) {
           finish(b, streams[b], results[b], StopReason::kTokenBudget, on_token);
@@ -242,62 +243,27 @@ class Generator {
 
  private:
   struct Stream {
-    std::string text;    // decoded so far (may end in a partial stop string)
-    size_t emitted = 0;  // bytes of `text` handed to the callback
+    TextStream text;
     bool done = false;
     int32_t last_token = 0;
   };
 
-  /// Emits the part of the text that can no longer become a stop string; returns true when a
-  /// stop string has appeared (the text is then cut before it).
-  static bool emit(Index b, int32_t token, Stream& s, const std::vector<std::string>& stops,
-                   const TokenCallback& on_token) {
+  /// Hands on the text that became final; returns true when a stop string has appeared.
+  bool emit(Index b, int32_t token, Stream& s, const TokenCallback& on_token) const {
     s.last_token = token;
-    size_t cut = std::string::npos;
-    for (const auto& stop : stops) {
-      if (stop.empty()) continue;
-      const size_t at = s.text.find(stop, s.emitted > stop.size() ? s.emitted - stop.size() : 0);
-      if (at != std::string::npos && at < cut) cut = at;
-    }
-    if (cut != std::string::npos) {
-      s.text.resize(cut);
-      return true;
-    }
-    size_t hold = 0;  // longest suffix of the text that starts some stop string
-    for (const auto& stop : stops)
-      for (size_t k = std::min(stop.size() - (stop.empty() ? 0 : 1), s.text.size()); k > hold; --k)
-        if (s.text.compare(s.text.size() - k, k, stop, 0, k) == 0) {
-          hold = k;
-          break;
-        }
-    const size_t ready = complete_utf8_prefix(s.text, s.text.size() - hold);
-    if (ready > s.emitted && on_token)
-      on_token(b, token, s.text.substr(s.emitted, ready - s.emitted));
-    s.emitted = std::max(s.emitted, ready);
-    return false;
-  }
-
-  /// The largest n <= end such that text[0, n) does not end inside a UTF-8 character that the
-  /// next tokens may complete: a streamed piece never splits a character. Bytes that cannot
-  /// start or continue a valid sequence are passed through as they are.
-  static size_t complete_utf8_prefix(const std::string& text, size_t end) {
-    // Look back at most 3 bytes for the lead byte of the last character.
-    for (size_t back = 1; back <= 3 && back <= end; ++back) {
-      const auto c = static_cast<unsigned char>(text[end - back]);
-      if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-      const size_t length = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 1;
-      return c >= 0xC2 && c <= 0xF4 && length > back ? end - back : end;
-    }
-    return end;
+    std::string piece;
+    const bool stopped = s.text.push(tokenizer_.decode_token(token), piece);
+    if (!piece.empty() && on_token) on_token(b, token, piece);
+    return stopped;
   }
 
   static void finish(Index b, Stream& s, GenerationResult& r, StopReason reason,
                      const TokenCallback& on_token) {
     if (s.done) return;
     s.done = true;
-    if (s.text.size() > s.emitted && on_token) on_token(b, s.last_token, s.text.substr(s.emitted));
-    s.emitted = s.text.size();
-    r.text = s.text;
+    const std::string rest = s.text.finish();
+    if (!rest.empty() && on_token) on_token(b, s.last_token, rest);
+    r.text = s.text.text();
     r.reason = reason;
   }
 

@@ -1,0 +1,44 @@
+// Headless Chromium on the page at "/": type a prompt, press Generate, and see the completion
+// arrive piece by piece; the screenshot is kept as a test artifact.
+//   node browser_test.mjs BASE_URL API_KEY CHROMIUM SCREENSHOT.png
+import assert from "node:assert/strict";
+import { chromium } from "playwright-core";
+
+const [base, key, executable, screenshot] = process.argv.slice(2);
+const t0 = Date.now();
+const browser = await chromium.launch({
+  executablePath: executable,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  timeout: 60_000,
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  await page.goto(base + "/", { timeout: 20_000 });
+  await page.fill("#api_key", key);
+  await page.fill("#prompt", "ROMEO:");
+  await page.fill("#max_tokens", "300");
+  await page.fill("#seed", "3");
+  // Count the updates of the output while it streams: one big update would not be a stream.
+  await page.evaluate(() => {
+    window.__updates = 0;
+    new MutationObserver(() => (window.__updates += 1)).observe(document.getElementById("out"), {
+      childList: true, subtree: true, characterData: true,
+    });
+  });
+  await page.click("#go");
+  await page.waitForSelector("#stats[data-done='1']", { timeout: 30_000 });
+  const text = await page.textContent("#out .completion");
+  const stats = await page.textContent("#stats");
+  const updates = await page.evaluate(() => window.__updates);
+  await page.screenshot({ path: screenshot, fullPage: true });
+  assert.ok(text.length >= 100, `the completion has ${text.length} characters`);
+  assert.ok(updates >= 20, `the output changed only ${updates} times: not streamed`);
+  assert.match(stats, /300 tokens · [0-9.]+ tokens\/s · first token after \d+ ms/);
+  assert.deepEqual(errors, []);
+  console.log(`ok   browser: ${text.length} characters in ${updates} updates; "${stats}" ` +
+              `(${Date.now() - t0} ms, screenshot ${screenshot})`);
+} finally {
+  await browser.close();
+}

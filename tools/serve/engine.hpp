@@ -1,0 +1,572 @@
+// The scheduler of `retnet serve`: continuous batching on one thread that owns the model's
+// workspaces. Each turn of its loop
+//   1. takes new requests and drops cancelled ones (a cancelled request leaves the batch here,
+//      before the next step);
+//   2. reads one chunk of one waiting prompt (so running streams wait at most one chunk);
+//   3. advances every decoding request by one token in one batched step, samples each with its
+//      own seeded Sampler and hands the text to the request's reader.
+// A finished request leaves the batch in the same turn. HTTP threads only submit jobs and read
+// their updates; they never touch the model.
+//
+// Same seed, same output, alone or beside others: a row of the batched step must see the same
+// arithmetic whatever the other rows are. Every operation of a step treats rows alike except the
+// panel kernel (ops/linear.hpp): it splits the sums of a block of 1-2 rows into interleaved
+// partial sums that a block of 4 or more does not, and changes its blocking above
+// max_invariant_rows(). So the batch is always stepped with a multiple of kRowGroup = 4 rows
+// (idle rows pad it) and at most max_invariant_rows() rows: every row then goes through the same
+// block shape. tests/test_serve_engine.cpp checks this bit for bit. (A kernel that summed every
+// block alike would let kRowGroup be 1: docs/PERFORMANCE.md, "retnet serve".)
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <retnet/retnet.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "serve/sessions.hpp"
+
+namespace retnet::serve {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// Rows per step beyond which the panel kernel would change how it sums a row (its few-rows
+/// path ends at two register blocks of rows).
+inline Index max_invariant_rows() {
+  return 2 * detail::PanelKernel<float>::kRows;
+}
+
+/// The log-probability of one generated token and of the most likely alternatives.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  size_t offset = 0;                           // byte offset of its text in the completion
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+/// What one completion asks of the engine.
+struct JobParams {
+  std::vector<int32_t> prompt;  // new tokens (may be empty when a state is continued)
+  std::optional<State> start;   // a session's state to continue; empty: a fresh sequence
+  int64_t max_tokens = 16;
+  SamplerParams sampler;
+  std::vector<std::string> stop;
+  int logprobs = -1;        // < 0: none; n >= 0: the chosen token's and the n most likely
+  bool keep_state = false;  // hand the final state back (for a session)
+};
+
+/// What the engine produced for a job since its reader last looked.
+struct Update {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  bool done = false;
+  std::string finish_reason;  // "stop" or "length" when done without error
+  std::string error;          // set when the job failed
+
+  bool empty() const { return text.empty() && logprobs.empty() && !done; }
+};
+
+/// Counts and times of a finished job (read by its reader once an update says done).
+struct JobResult {
+  std::optional<State> state;  // with keep_state
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  double queued_ms = 0, prompt_ms = 0, first_token_ms = 0, total_ms = 0;
+};
+
+/// A completion inside the engine: submitted by an HTTP thread, which then reads its updates.
+class Job {
+ public:
+  explicit Job(JobParams p) : params_(std::move(p)) {}
+
+  /// The request leaves the batch before the engine's next step.
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  /// Everything produced since the last call, waiting up to `timeout` for something.
+  Update take(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, timeout, [&] { return !out_.empty(); });
+    Update u = std::move(out_);
+    out_ = Update{};
+    return u;
+  }
+
+  /// Valid once take() has returned an update with done set.
+  JobResult& result() { return result_; }
+
+ private:
+  friend class Engine;
+
+  void publish(std::string text, std::vector<TokenLogprob> logprobs) {
+    if (text.empty() && logprobs.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      out_.text += text;
+      for (auto& l : logprobs) out_.logprobs.push_back(std::move(l));
+    }
+    cv_.notify_all();
+  }
+  void finish(std::string reason, std::string error = {}) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      out_.done = true;
+      out_.finish_reason = std::move(reason);
+      out_.error = std::move(error);
+    }
+    cv_.notify_all();
+  }
+
+  JobParams params_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  Update out_;
+  JobResult result_;
+  Clock::time_point submitted_ = Clock::now();
+};
+
+/// The decoding batch's state: sequence i in row i for i < size(), idle rows after them up to a
+/// multiple of kRowGroup. Adding or removing a sequence copies one row (the last row fills a
+/// hole); crossing a multiple of kRowGroup reallocates the state.
+class DecodeBatch {
+ public:
+  static constexpr Index kRowGroup = 4;
+
+  explicit DecodeBatch(const RetNetModel<float>& model) : model_(model) {}
+
+  Index size() const { return count_; }
+  Index rows() const { return count_ ? state_.batch() : 0; }
+  ModelState<float>& state() { return state_; }
+
+  /// Appends a sequence (a state of batch 1); returns its row.
+  Index add(const ModelState<float>& one) {
+    const Index need = (count_ + 1 + kRowGroup - 1) / kRowGroup * kRowGroup;
+    if (count_ == 0 || state_.batch() != need) reshape(need);
+    copy_row(one, 0, state_, count_);
+    return count_++;
+  }
+
+  /// Removes row r: the last sequence moves into it. Returns the row it came from (r itself
+  /// when r was the last).
+  Index remove(Index r) {
+    const Index last = count_ - 1;
+    if (r != last) copy_row(state_, last, state_, r);
+    --count_;
+    if (count_ == 0) {
+      state_ = ModelState<float>{};  // an idle server holds no batch state
+    } else {
+      const Index need = (count_ + kRowGroup - 1) / kRowGroup * kRowGroup;
+      if (need < state_.batch()) reshape(need);
+    }
+    return last;
+  }
+
+  ModelState<float> extract(Index r) const { return state_.select(r); }
+
+  /// Row `from` of `src` into row `to` of `dst` (states of one model).
+  static void copy_row(const ModelState<float>& src, Index from, ModelState<float>& dst, Index to) {
+    dst.positions[to] = src.positions[from];
+    for (size_t l = 0; l < src.layers.size(); ++l) {
+      const Index block = src.layers[l].size() / src.batch();
+      std::copy_n(src.layers[l].data() + from * block, block, dst.layers[l].data() + to * block);
+    }
+  }
+
+ private:
+  void reshape(Index rows) {
+    ModelState<float> next = model_.new_state(rows);  // idle rows: zero state
+    for (Index r = 0; r < std::min(count_, rows); ++r) copy_row(state_, r, next, r);
+    state_ = std::move(next);
+  }
+
+  const RetNetModel<float>& model_;
+  ModelState<float> state_;
+  Index count_ = 0;
+};
+
+struct EngineOptions {
+  Index max_batch = 8;       // sequences decoded together
+  Index prefill_chunk = 64;  // prompt tokens read between two steps
+  int threads = 0;           // OpenMP threads of the model; 0: the default
+  size_t max_queue = 256;    // requests waiting beyond this are refused
+};
+
+struct EngineStats {
+  size_t queued = 0, prefilling = 0, decoding = 0, batch_rows = 0;
+  uint64_t completed = 0, cancelled = 0, failed = 0, tokens = 0, steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(const RetNetModel<float>& model, const Tokenizer& tokenizer, EngineOptions options)
+      : model_(model), tokenizer_(tokenizer), options_(options), batch_(model) {
+    RETNET_REQUIRE(options_.max_batch >= 1, "max_batch must be >= 1");
+    RETNET_REQUIRE(options_.prefill_chunk >= 1, "prefill_chunk must be >= 1");
+    sample_vocab_ = std::min<int64_t>(model_.config().vocab_size, tokenizer_.vocab_size());
+    end_token_ = tokenizer_.eos_id();
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Engine() { stop(); }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Queues a job; false when the queue is full or the engine has stopped.
+  bool submit(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_ || inbox_.size() + waiting_count_ >= options_.max_queue) return false;
+      job->submitted_ = Clock::now();
+      inbox_.push_back(job);
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  /// Ends the loop; jobs still queued or running fail with "server shutting down".
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  EngineStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    EngineStats s = stats_;
+    s.queued = inbox_.size() + waiting_count_;
+    return s;
+  }
+
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  /// A job inside the engine thread.
+  struct Running {
+    std::shared_ptr<Job> job;
+    ModelState<float> state;       // batch 1, while its prompt is read
+    std::vector<int32_t> to_read;  // tokens before `pending`
+    size_t read = 0;               // of to_read
+    int32_t pending = 0;           // the next token the model reads
+    std::vector<int32_t> recent;   // for the repetition penalty
+    std::optional<Sampler> sampler;
+    TextStream text;
+    int64_t produced = 0;
+    size_t text_bytes = 0;  // bytes of the generated tokens so far (logprob offsets)
+    Clock::time_point started, prompt_done, first_token;
+  };
+  using RunningPtr = std::unique_ptr<Running>;
+
+  // -------------------------------------------------------------- the loop
+
+  void run() {
+    if (options_.threads > 0) set_num_threads(options_.threads);  // OpenMP settings are per thread
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || has_work(); });
+        if (stopping_) break;
+        for (auto& j : inbox_) waiting_.push_back(std::move(j));
+        inbox_.clear();
+        waiting_count_ = waiting_.size();
+      }
+      try {
+        drop_cancelled();
+        if (!prefilling_ && !waiting_.empty() && fits_another()) start_prefill();
+        if (prefilling_) prefill_chunk();
+        if (batch_.size() > 0) decode_step();
+      } catch (const std::exception& e) {
+        fail_all(std::string("internal error: ") + e.what());
+      }
+      publish_stats();
+    }
+    fail_all("server shutting down");
+    for (auto& j : waiting_) j->finish("", "server shutting down");
+    waiting_.clear();
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& j : inbox_) j->finish("", "server shutting down");
+    inbox_.clear();
+  }
+
+  bool has_work() const {
+    return prefilling_ || batch_.size() > 0 || (!waiting_.empty() && fits_another());
+  }
+  bool fits_another() const { return batch_.size() + (prefilling_ ? 1 : 0) < options_.max_batch; }
+
+  void publish_stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_count_ = waiting_.size();
+    stats_.prefilling = prefilling_ ? 1 : 0;
+    stats_.decoding = static_cast<size_t>(batch_.size());
+    stats_.batch_rows = static_cast<size_t>(batch_.rows());
+  }
+
+  void count(uint64_t EngineStats::*field, uint64_t n = 1) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.*field += n;
+  }
+
+  void drop_cancelled() {
+    for (auto it = waiting_.begin(); it != waiting_.end();)
+      if ((*it)->cancelled()) {
+        count(&EngineStats::cancelled);
+        (*it)->finish("", "cancelled");
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    if (prefilling_ && prefilling_->job->cancelled()) {
+      count(&EngineStats::cancelled);
+      prefilling_->job->finish("", "cancelled");
+      prefilling_.reset();
+    }
+    for (Index r = 0; r < batch_.size();) {
+      if (decoding_[r]->job->cancelled()) {
+        count(&EngineStats::cancelled);
+        decoding_[r]->job->finish("", "cancelled");
+        leave_batch(r);
+      } else {
+        ++r;
+      }
+    }
+  }
+
+  void fail_all(const std::string& message) {
+    if (prefilling_) prefilling_->job->finish("", message), prefilling_.reset();
+    for (auto& r : decoding_) r->job->finish("", message);
+    count(&EngineStats::failed, decoding_.size());
+    decoding_.clear();
+    while (batch_.size() > 0) batch_.remove(batch_.size() - 1);
+  }
+
+  // -------------------------------------------------------------- prompts
+
+  void start_prefill() {
+    auto r = std::make_unique<Running>();
+    r->job = std::move(waiting_.front());
+    waiting_.pop_front();
+    r->started = Clock::now();
+    JobParams& p = r->job->params_;
+    try {
+      r->sampler.emplace(p.sampler);
+      r->text = TextStream(p.stop);
+      // The state has read everything before `pending`. A fresh sequence reads all but the last
+      // prompt token; a continued one first reads the token its last request left pending.
+      if (p.start) {
+        r->state = std::move(p.start->model);
+        r->recent = std::move(p.start->recent);
+        r->pending = p.start->pending;
+        p.start.reset();
+        if (!p.prompt.empty()) r->to_read.push_back(r->pending);
+      } else {
+        RETNET_REQUIRE(!p.prompt.empty(), "the prompt is empty");
+        r->state = model_.new_state(1);
+      }
+      if (!p.prompt.empty()) {
+        r->to_read.insert(r->to_read.end(), p.prompt.begin(), p.prompt.end() - 1);
+        r->pending = p.prompt.back();
+      }
+      r->recent.insert(r->recent.end(), p.prompt.begin(), p.prompt.end());
+      constexpr size_t kKeepRecent = 256;  // the penalty looks at repeat_last_n <= this
+      if (r->recent.size() > kKeepRecent)
+        r->recent.erase(r->recent.begin(), r->recent.end() - kKeepRecent);
+    } catch (const std::exception& e) {
+      r->job->finish("", e.what());
+      count(&EngineStats::failed);
+      return;
+    }
+    prefilling_ = std::move(r);
+  }
+
+  void prefill_chunk() {
+    Running& r = *prefilling_;
+    try {
+      if (r.read < r.to_read.size()) {
+        const Index len = std::min<Index>(options_.prefill_chunk, Index(r.to_read.size() - r.read));
+        const Eigen::Map<const TokenMatrix> tokens(r.to_read.data() + r.read, 1, len);
+        model_.forward_segments(
+            TokenMatrix(tokens), Form::kChunkwise, options_.prefill_chunk, r.state, ws_prefill_,
+            [](Index, Index, const Matrix<float>&) {}, LogitsMode::kNone);
+        r.read += static_cast<size_t>(len);
+      }
+    } catch (const std::exception& e) {
+      r.job->finish("", e.what());
+      count(&EngineStats::failed);
+      prefilling_.reset();
+      return;
+    }
+    if (r.read < r.to_read.size()) return;
+    r.prompt_done = Clock::now();
+    r.to_read = {};
+    if (r.job->params_.max_tokens == 0) {
+      complete(r, "length", &r.state);
+      prefilling_.reset();
+      return;
+    }
+    batch_.add(r.state);
+    r.state = ModelState<float>{};
+    decoding_.push_back(std::move(prefilling_));
+  }
+
+  // -------------------------------------------------------------- decoding
+
+  enum class Outcome { kGoing, kLength, kStop, kFailed };
+
+  void decode_step() {
+    const Index rows = batch_.rows();
+    step_tokens_.assign(static_cast<size_t>(rows), 0);
+    for (Index r = 0; r < batch_.size(); ++r) step_tokens_[r] = decoding_[r]->pending;
+    model_.step(step_tokens_, batch_.state(), ws_step_, logits_);
+    count(&EngineStats::steps);
+
+    const Index n = batch_.size();
+    outcomes_.assign(static_cast<size_t>(n), Outcome::kGoing);
+    errors_.assign(static_cast<size_t>(n), std::string());
+    const auto sample_one = [&](Index r) {
+      try {
+        outcomes_[r] = advance(*decoding_[r], logits_.row(r).data());
+      } catch (const std::exception& e) {
+        outcomes_[r] = Outcome::kFailed;
+        errors_[r] = e.what();
+      }
+    };
+    // Sampling a large vocabulary (sorts for top-p) is worth the threads; a small one is not.
+    if (n > 1 && sample_vocab_ * n >= (int64_t(1) << 16)) {
+      parallel_for(n, sample_one);
+    } else {
+      for (Index r = 0; r < n; ++r) sample_one(r);
+    }
+    count(&EngineStats::tokens, static_cast<uint64_t>(n));
+    // Finished requests leave now, last rows first so that the rows still to visit stay put.
+    for (Index r = n - 1; r >= 0; --r) {
+      if (outcomes_[r] == Outcome::kGoing) continue;
+      Running& run = *decoding_[r];
+      if (outcomes_[r] == Outcome::kFailed) {
+        run.job->finish("", errors_[r]);
+        count(&EngineStats::failed);
+      } else {
+        std::optional<ModelState<float>> state;
+        if (run.job->params_.keep_state) state = batch_.extract(r);
+        complete(run, outcomes_[r] == Outcome::kStop ? "stop" : "length",
+                 state ? &*state : nullptr);
+      }
+      leave_batch(r);
+    }
+  }
+
+  /// Samples one sequence's next token from its logits and hands on its text.
+  Outcome advance(Running& r, const float* logits) {
+    const int32_t token = r.sampler->sample(logits, sample_vocab_, r.recent);
+    if (r.produced == 0) r.first_token = Clock::now();
+    ++r.produced;
+    r.recent.push_back(token);
+    if (r.recent.size() > 512) r.recent.erase(r.recent.begin(), r.recent.end() - 256);
+    r.pending = token;
+    std::vector<TokenLogprob> lp;
+    const int want = r.job->params_.logprobs;
+    const bool end = end_token_ && token == *end_token_;
+    std::string piece;
+    bool stopped = false;
+    if (!end) {
+      const std::string bytes = tokenizer_.decode_token(token);
+      if (want >= 0) lp.push_back(logprob(logits, token, want, r.text_bytes));
+      r.text_bytes += bytes.size();
+      stopped = r.text.push(bytes, piece);
+    }
+    r.job->publish(std::move(piece), std::move(lp));
+    if (end || stopped) return Outcome::kStop;
+    if (r.produced >= r.job->params_.max_tokens) return Outcome::kLength;
+    return Outcome::kGoing;
+  }
+
+  TokenLogprob logprob(const float* logits, int32_t token, int top, size_t offset) const {
+    double max = logits[0];
+    for (int64_t i = 1; i < sample_vocab_; ++i) max = std::max(max, double(logits[i]));
+    double sum = 0;
+    for (int64_t i = 0; i < sample_vocab_; ++i) sum += std::exp(double(logits[i]) - max);
+    const double lse = max + std::log(sum);
+    TokenLogprob out;
+    out.token = token;
+    out.offset = offset;
+    out.logprob = static_cast<float>(logits[token] - lse);
+    for (int64_t i = 0; i < sample_vocab_ && top > 0; ++i) {  // insertion into a short list
+      const float lp = static_cast<float>(logits[i] - lse);
+      if (Index(out.top.size()) == top && lp <= out.top.back().second) continue;
+      auto at = std::find_if(out.top.begin(), out.top.end(),
+                             [&](const auto& e) { return lp > e.second; });
+      out.top.insert(at, {int32_t(i), lp});
+      if (Index(out.top.size()) > top) out.top.pop_back();
+    }
+    return out;
+  }
+
+  /// Hands a job its last text, counts and (with keep_state) the state it ends in.
+  void complete(Running& r, const char* reason, ModelState<float>* state) {
+    r.job->publish(r.text.finish(), {});
+    JobResult& res = r.job->result_;
+    const auto now = Clock::now();
+    if (r.job->params_.keep_state && state) {
+      State s;
+      s.model = std::move(*state);
+      s.pending = r.pending;
+      s.recent = r.recent;
+      res.state = std::move(s);
+    }
+    res.prompt_tokens = static_cast<int64_t>(r.job->params_.prompt.size());
+    res.completion_tokens = r.produced;
+    res.queued_ms = ms_between(r.job->submitted_, r.started);
+    res.prompt_ms = ms_between(r.started, r.prompt_done);
+    res.first_token_ms = r.produced ? ms_between(r.job->submitted_, r.first_token) : 0;
+    res.total_ms = ms_between(r.job->submitted_, now);
+    count(&EngineStats::completed);
+    r.job->finish(reason);
+  }
+
+  void leave_batch(Index r) {
+    const Index moved = batch_.remove(r);
+    if (moved != r) decoding_[r] = std::move(decoding_[moved]);
+    decoding_.pop_back();
+  }
+
+  const RetNetModel<float>& model_;
+  const Tokenizer& tokenizer_;
+  const EngineOptions options_;
+  int64_t sample_vocab_ = 0;
+  std::optional<int32_t> end_token_;
+
+  // Shared with submitting threads.
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> inbox_;
+  size_t waiting_count_ = 0;
+  bool stopping_ = false;
+  EngineStats stats_;
+
+  // The engine thread's own.
+  std::deque<std::shared_ptr<Job>> waiting_;
+  RunningPtr prefilling_;
+  std::vector<RunningPtr> decoding_;  // decoding_[r] is in row r of batch_
+  DecodeBatch batch_;
+  Workspace<float> ws_prefill_, ws_step_;
+  Matrix<float> logits_;
+  std::vector<int32_t> step_tokens_;
+  std::vector<Outcome> outcomes_;
+  std::vector<std::string> errors_;
+  std::thread thread_;
+};
+
+}  // namespace retnet::serve
