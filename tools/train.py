@@ -44,7 +44,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import load_safetensors, save_safetensors  # noqa: E402
 
-DATA = "/work/shared/data/tinyshakespeare.txt"
+# Tiny Shakespeare (the char-rnn corpus, 1,115,394 bytes); point RETNET_TRAIN_DATA at your copy.
+DATA = os.environ.get("RETNET_TRAIN_DATA", "tinyshakespeare.txt")
 
 
 # ----------------------------------------------------------------------------- model
@@ -486,7 +487,8 @@ def check(a):
     rec = torch.cat(rec, 1)
     rel = lambda x: ((x - par).abs().max() / par.abs().max()).item()
     print(f"max rel diff vs parallel (T={a.n}): chunkwise64 {rel(ch):.2e}, windows100/chunk7 {rel(ch2):.2e}, recurrent {rel(rec):.2e}")
-    fx = "/work/shared/fixtures/torchscale-tiny"
+    fx = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
+                      "torchscale-tiny")
     if os.path.exists(fx):
         fm = load_model(fx, torch.float64)
         tk = torch.tensor(np.load(f"{fx}/tokens.npy").astype(np.int64))
