@@ -108,9 +108,11 @@ struct TransformerWeights {
     std::mt19937_64 rng(seed);
     auto matrix = [&](auto& m, int64_t rows, int64_t cols) {
       std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(double(cols)));
-      retnet::ModelWeights<Scalar>::write_row_major(m, {rows, cols}, [&](Scalar* p) {
-        for (Index i = 0; i < rows * cols; ++i) p[i] = static_cast<Scalar>(normal(rng));
-      });
+      retnet::ModelWeights<Scalar>::write_row_major(m, {rows, cols},
+                                                    [&](Index, Index n, Scalar* p) {
+                                                      for (Index i = 0; i < n * cols; ++i)
+                                                        p[i] = static_cast<Scalar>(normal(rng));
+                                                    });
     };
     auto norm = [&](Norm<Scalar>& n, int64_t size) {
       std::normal_distribution<double> normal(1.0, 0.1);

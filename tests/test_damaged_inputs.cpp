@@ -189,9 +189,9 @@ std::vector<DamagedCase> cases() {
                [](const std::string& d) {
                  const std::string name = "\\u001b[31m\\n" + std::string(1 << 20, 'n');
                  write_model_file(d,
-                                  raw_file("{\"" + name + R"(": {"dtype": "I8", "shape": [1], )" +
-                                               R"("data_offsets": [0, 1]}})",
-                                           1));
+                                  raw_file("{\"" + name + R"(": {"dtype": "I16", "shape": [1], )" +
+                                               R"("data_offsets": [0, 2]}})",
+                                           2));
                },
                load_folder, "tensor \"\\x1b[31m\\x0annnn"});
   c.push_back({"InvalidJsonWithLongToken",

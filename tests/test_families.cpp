@@ -266,11 +266,11 @@ void round_to(ModelWeights<float>& w, const ModelConfig& c, DType dtype) {
     if (dtype == DType::F16) return half_to_float(float_to_half(x));
     return x;
   };
-  w.visit(c, [&](const std::string&, auto& t, const std::vector<int64_t>& shape) {
+  w.visit(c, [&](const std::string&, auto& t, const std::vector<int64_t>&) {
     if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value) {
       Matrix<float> m = t.to_matrix();
       m = m.unaryExpr(round);
-      t.assign(shape[0], shape[1], [&](float* p) { std::copy_n(m.data(), m.size(), p); });
+      t = LinearWeight<float>(m);
     } else {
       t = t.unaryExpr(round);
     }

@@ -117,9 +117,10 @@ TEST(LinearWeight, PanelsHoldTheRowsOfW) {
     EXPECT_EQ(packed.to_matrix(), w);
     // Panel p, element (q, r) = W[48p + r, q]; rows past W are zero.
     const Index last = packed.panels() - 1;
+    const float* panel = packed.tile(last, 0, 9, nullptr);  // f32: the panel itself
     for (Index q = 0; q < 9; ++q) {
-      EXPECT_EQ(packed.panel(last)[q * 48 + (rows - 1) % 48], w(rows - 1, q));
-      for (Index r = rows - 48 * last; r < 48; ++r) EXPECT_EQ(packed.panel(last)[q * 48 + r], 0.f);
+      EXPECT_EQ(panel[q * 48 + (rows - 1) % 48], w(rows - 1, q));
+      for (Index r = rows - 48 * last; r < 48; ++r) EXPECT_EQ(panel[q * 48 + r], 0.f);
     }
     std::vector<float> row(9);
     packed.copy_row(rows / 2, row.data());
@@ -155,6 +156,22 @@ TEST(Linear, SameResultWithOneAndTwoThreads) {
     EXPECT_EQ(one, two);
   }
   retnet::set_num_threads(before);
+}
+
+TEST(Linear, ARowsResultDoesNotDependOnTheOtherRows) {
+  // A server steps many sequences in one batch and promises each the output it would have alone:
+  // every row of x must go through the same sums whether it is alone or in a block of any size.
+  std::mt19937 rng(4);
+  const retnet::LinearWeight<float> w(random_matrix<float>(200, 300, rng));
+  const auto x = random_matrix<float>(40, 300, rng);
+  Matrix<float> all, one;
+  for (Index rows : {1, 2, 3, 5, 8, 13, 16, 17, 40}) {
+    retnet::linear(Matrix<float>(x.topRows(rows)), w, all);
+    for (Index r = 0; r < rows; ++r) {
+      retnet::linear(Matrix<float>(x.row(r)), w, one);
+      ASSERT_EQ(all.row(r), one.row(0)) << "row " << r << " of " << rows;
+    }
+  }
 }
 
 TEST(Linear, TwoThreadSharesMatchLoops) {

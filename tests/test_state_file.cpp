@@ -117,7 +117,9 @@ TEST(StateFile, FingerprintIdentifiesTheModel) {
   EXPECT_NE(fingerprint_of(a), fingerprint_of(RetNetModel<float>(other_eps, a.weights())));
   // One sampled value changed (element 0 of the first tensor is always sampled).
   ModelWeights<float> edited = a.weights();
-  edited.embed(0, 0) += 1.0f;
+  Matrix<float> embed = edited.embed.to_matrix();
+  embed(0, 0) += 1.0f;
+  edited.embed = retnet::LinearWeight<float>(embed);
   EXPECT_NE(fingerprint_of(a),
             fingerprint_of(RetNetModel<float>(small_config(), std::move(edited))));
 }

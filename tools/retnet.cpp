@@ -77,6 +77,10 @@ Flag threads_flag() {
 Flag model_flag() {
   return text("-m", "DIR", nullptr, "model folder (config.json + weights)");
 }
+Flag weights_flag() {
+  return text("--weights", "T", nullptr,
+              "weight type: f32 | bf16 | q8 | q4 (default: the checkpoint's own, f32 if another)");
+}
 Flag chunk_flag() {
   return integer("--chunk-size", "C", nullptr, 1, 1 << 20,
                  "chunk size of the chunkwise form (default: the config's)");
@@ -206,6 +210,16 @@ void set_threads(const Args& args) {
   if (args.has("--threads")) retnet::set_num_threads(static_cast<int>(args.integer("--threads")));
 }
 
+retnet::LoadOptions load_options(const Args& args) {
+  retnet::LoadOptions options;
+  if (args.has("--weights")) try {
+      options.weights = retnet::parse_weight_type(args.str("--weights"));
+    } catch (const retnet::InvalidArgument& e) {
+      throw UsageError(std::string("--weights: ") + e.what());
+    }
+  return options;
+}
+
 Index chunk_size(const Args& args) {
   return args.has("--chunk-size") ? args.integer("--chunk-size") : 0;
 }
@@ -228,6 +242,7 @@ const std::vector<Flag> kGenerateFlags = {
     integer("--seed", "S", "0", 0, double(kInt64Max), "random seed"),
     threads_flag(),
     chunk_flag(),
+    weights_flag(),
     text("--stop", "TEXT", nullptr, "stop before this text appears"),
     text("--save-state", "F", nullptr, "after reading the prompt, save the state to F"),
     text("--load-state", "F", nullptr,
@@ -248,7 +263,7 @@ int generate(const Args& args) {
   if (args.has("--stop")) params.stop_strings.push_back(args.str("--stop"));
 
   const std::string dir = args.str("-m");
-  const Model model = retnet::load_model<float>(dir);
+  const Model model = retnet::load_model<float>(dir, load_options(args));
   const auto tokenizer = retnet::load_tokenizer(dir, model.config().vocab_size);
   params.end_tokens = tokenizer->eos_ids();
   retnet::Generator<float> generator(model, *tokenizer);
@@ -294,6 +309,7 @@ const std::vector<Flag> kScoreFlags = {
     text("--mode", "M", "chunkwise", "parallel | chunkwise | recurrent"),
     chunk_flag(),
     threads_flag(),
+    weights_flag(),
     text("--logits-out", "F.npy", nullptr,
          "write float32 logits [T, vocab]; row t = logits after reading token t"),
     toggle("--json", "print one JSON object instead of text"),
@@ -332,7 +348,7 @@ int score(const Args& args) {
   set_threads(args);
   const retnet::Form form = parse_form(args, true);
   const std::string dir = args.str("-m");
-  const Model model = retnet::load_model<float>(dir);
+  const Model model = retnet::load_model<float>(dir, load_options(args));
   const Index vocab = model.config().vocab_size;
   const std::vector<int32_t> ids = score_input(args, dir, vocab);
   const Index time = static_cast<Index>(ids.size());
@@ -401,6 +417,7 @@ const std::vector<Flag> kBenchFlags = {
     integer("--gen-len", "N", "128", 0, 1 << 20, "decoded tokens"),
     integer("--batch", "B", "1", 1, 1024, "sequences decoded together"),
     threads_flag(),
+    weights_flag(),
     text("--mode", "M", "chunkwise", "prompt form: parallel | chunkwise"),
     chunk_flag(),
     text("--logits", "M", "last", "prompt logits: last (time to first token) | all"),
@@ -417,9 +434,11 @@ double median(std::vector<double> v) {
 Model bench_model(const Args& args) {
   if (args.has("-m") == args.has("--config"))
     throw UsageError("bench: give exactly one of -m DIR or --config CONFIG.json");
-  if (args.has("-m")) return retnet::load_model<float>(args.str("-m"));
-  const auto config = retnet::ModelConfig::load(args.str("--config"));
-  return Model(config, retnet::ModelWeights<float>::random(config, 1));
+  const retnet::LoadOptions options = load_options(args);
+  if (args.has("-m")) return retnet::load_model<float>(args.str("-m"), options);
+  auto config = retnet::ModelConfig::load(args.str("--config"));
+  config.weights = options.weights.value_or(retnet::WeightType::kF32);
+  return Model(config, retnet::ModelWeights<float>::random(config, 1, config.weights));
 }
 
 int bench(const Args& args) {
@@ -472,13 +491,14 @@ int bench(const Args& args) {
   const size_t weight_bytes = model.weights().size_bytes(config);
   // What one decoding step streams: every weight except the embedding rows it does not touch
   // (the table still counts once when it doubles as the output projection).
-  const size_t embed_bytes = size_t(config.vocab_size * config.embed_dim) * sizeof(float);
+  const size_t embed_bytes = model.weights().embed.stored_bytes();
   const size_t step_bytes = config.tie_embeddings ? weight_bytes : weight_bytes - embed_bytes;
   if (args.has("--json")) {
     nlohmann::json j = {{"prompt_len", prompt_len},
                         {"gen_len", gen_len},
                         {"batch", batch},
                         {"threads", retnet::num_threads()},
+                        {"weights", retnet::weight_type_name(config.weights)},
                         {"mode", retnet::form_name(form)},
                         {"logits", logits_flag},
                         {"repeat", repeat},
@@ -574,14 +594,20 @@ int info(const Args& args) {
   retnet::CheckpointReader reader(dir);
   const retnet::ModelConfig c = retnet::load_config(dir, reader);
   std::map<std::string, std::pair<int64_t, uint64_t>> dtypes;  // tensors, bytes
-  int64_t parameters = 0;
   for (const auto& shard : reader.shards())
     for (const auto& t : shard.tensors()) {
       if (t.name.find("retnet_rel_pos.") != std::string::npos) continue;  // derived buffers
-      parameters += t.numel();
       auto& d = dtypes[retnet::dtype_name(t.dtype)];
       d.first += 1, d.second += t.nbytes();
     }
+  int64_t parameters = 0;  // from the config's shapes: quantised tensors store codes and scales
+  retnet::detail::visit_shapes<float>(
+      c, c.layers, [&](const std::string&, const std::vector<int64_t>& shape, bool) {
+        int64_t n = 1;
+        for (int64_t extent : shape) n *= extent;
+        parameters += n;
+      });
+  const char* weights = retnet::weight_type_name(retnet::stored_weight_type<float>(c, reader));
   const std::string tokenizer = tokenizer_kind(dir);
   const bool fla = c.family == retnet::Family::kFla;
   const std::string mlp = !c.use_glu        ? "plain FFN"
@@ -600,6 +626,7 @@ int info(const Args& args) {
                         {"vocab_size", c.vocab_size},
                         {"tied_embeddings", c.tie_embeddings},
                         {"parameters", parameters},
+                        {"weights", weights},
                         {"files", reader.shards().size()},
                         {"tokenizer", tokenizer}};
     for (const auto& [name, d] : dtypes)
@@ -616,11 +643,53 @@ int info(const Args& args) {
   std::printf("parameters  %ld (%.3f %s)\n", long(parameters),
               parameters >= 1e9 ? parameters / 1e9 : parameters / 1e6,
               parameters >= 1e9 ? "B" : "M");
+  std::printf("weights     %s\n", weights);
   for (const auto& [name, d] : dtypes)
     std::printf("stored      %s: %ld tensors, %.1f MB\n", name.c_str(), long(d.first),
                 d.second / 1e6);
   std::printf("files       %zu safetensors file(s)\n", reader.shards().size());
   std::printf("tokenizer   %s\n", tokenizer.c_str());
+  return 0;
+}
+
+// ---------------------------------------------------------------- convert
+
+const std::vector<Flag> kConvertFlags = {
+    model_flag(),
+    text("-o", "DIR", nullptr, "output folder (created; must not hold a model already)"),
+    text("--weights", "T", nullptr, "weight type to write: bf16 | q8 | q4 | f32"),
+    threads_flag(),
+};
+
+/// Files beside the weights that a converted folder keeps, copied unchanged.
+const char* const kFolderFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                    "special_tokens_map.json", "generation_config.json"};
+
+int convert(const Args& args) {
+  set_threads(args);
+  const std::string in = args.str("-m"), out = args.str("-o");
+  const retnet::LoadOptions options = load_options(args);
+  if (!options.weights) throw UsageError("convert: --weights is required");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(out) / "config.json", ec) ||
+      fs::exists(fs::path(out) / "model.safetensors", ec))
+    throw UsageError("convert: " + out + " already holds a model; choose a new folder");
+  if (fs::equivalent(in, out, ec)) throw UsageError("convert: -o must differ from -m");
+  const auto t0 = std::chrono::steady_clock::now();
+  const Model model = retnet::load_model<float>(in, options);
+  fs::create_directories(out, ec);
+  if (ec) throw UsageError("convert: cannot create " + out + ": " + ec.message());
+  retnet::save_model(out, model.config(), model.weights());
+  for (const char* name : kFolderFiles) {
+    const fs::path from = fs::path(in) / name;
+    if (!fs::is_regular_file(from, ec)) continue;
+    if (!fs::copy_file(from, fs::path(out) / name, ec))
+      throw UsageError("convert: cannot copy " + from.string() + ": " + ec.message());
+  }
+  std::fprintf(stderr, "converted %s to %s (%s): weights %.1f MB, in %.1f s\n", in.c_str(),
+               out.c_str(), retnet::weight_type_name(model.config().weights),
+               double(model.weights().size_bytes(model.config())) / 1e6, seconds_since(t0));
   return 0;
 }
 
@@ -649,6 +718,10 @@ const Command kCommands[] = {
     {"detokenize", "retnet detokenize -m DIR --ids 1,2,3",
      "Writes the text of token ids to stdout, byte for byte (special tokens skipped).",
      kDetokenizeFlags, detokenize},
+    {"convert", "retnet convert -m DIR -o OUT --weights bf16|q8|q4|f32",
+     "Writes a copy of a model folder with its weights in another type (loads without "
+     "converting again).",
+     kConvertFlags, convert},
     {"info", "retnet info -m DIR [--json]",
      "Describes a model folder: family, sizes, parameters, stored dtypes, tokenizer.", kInfoFlags,
      info},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/float_formats.hpp"
 #include "retnet/core/memory.hpp"
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
@@ -22,6 +23,7 @@
 #include "retnet/ops/linear.hpp"
 #include "retnet/ops/norm.hpp"
 #include "retnet/ops/rotation.hpp"
+#include "retnet/ops/weight_types.hpp"
 #include "retnet/text/generate.hpp"
 #include "retnet/text/sampler.hpp"
 #include "retnet/text/text_stream.hpp"

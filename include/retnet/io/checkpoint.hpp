@@ -110,10 +110,45 @@ class CheckpointReader {
   template <typename Scalar>
   void read(const std::string& logical_name, const std::vector<int64_t>& expected_shape,
             Scalar* dst) {
+    read_rows(logical_name, expected_shape, 0, expected_shape.empty() ? 1 : expected_shape[0], dst);
+  }
+
+  /// Rows [first, first + n) of a logical tensor (row-major, rows along its first dimension),
+  /// as read() reads them: a loader converts a large matrix a block of rows at a time.
+  template <typename Scalar>
+  void read_rows(const std::string& logical_name, const std::vector<int64_t>& expected_shape,
+                 int64_t first, int64_t n, Scalar* dst) {
     const TensorInfo& t = checked_entry(logical_name, expected_shape);
-    shards_[require_location(logical_name).shard].read(t, dst, /*require_finite=*/true);
+    if (!is_floating(t.dtype))
+      throw FormatError(shards_[require_location(logical_name).shard].path() + ": tensor " +
+                        name_excerpt(t.name) + " has dtype " + dtype_name(t.dtype) +
+                        ", expected floating-point weights (a quantised folder's config.json "
+                        "names its format in quantization_config)");
+    const uint64_t row =
+        expected_shape.size() < 2
+            ? 1
+            : static_cast<uint64_t>(t.numel() / std::max<int64_t>(expected_shape[0], 1));
+    shards_[require_location(logical_name).shard].read(t, static_cast<uint64_t>(first) * row,
+                                                       static_cast<uint64_t>(n) * row, dst,
+                                                       /*require_finite=*/true);
     consumed_.insert(t.name);
   }
+
+  /// Bytes [first, first + count) of a logical tensor stored as `dtype` with `expected_shape`,
+  /// as stored: the codes and scales of a quantised weight.
+  void read_bytes(const std::string& logical_name, const std::vector<int64_t>& expected_shape,
+                  DType dtype, uint64_t first, uint64_t count, uint8_t* dst) {
+    const TensorInfo& t = checked_entry(logical_name, expected_shape);
+    if (t.dtype != dtype)
+      throw FormatError(shards_[require_location(logical_name).shard].path() + ": tensor " +
+                        name_excerpt(t.name) + " has dtype " + dtype_name(t.dtype) + ", expected " +
+                        dtype_name(dtype));
+    shards_[require_location(logical_name).shard].read_bytes(t, first, count, dst);
+    consumed_.insert(t.name);
+  }
+
+  /// The stored dtype of a logical tensor.
+  DType dtype(const std::string& logical_name) const { return info(logical_name).dtype; }
 
   /// The tensor map of a model.safetensors.index.json held in `text` (tensor name -> shard file
   /// name), validated: a JSON object of bounded depth without duplicate keys, whose

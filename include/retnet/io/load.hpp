@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include "retnet/core/file.hpp"
 #include "retnet/io/checkpoint.hpp"
@@ -59,61 +61,169 @@ inline ModelConfig resolve_family(ModelConfig config, CheckpointReader& reader) 
   return config;
 }
 
+/// How load_model reads a folder.
+struct LoadOptions {
+  /// The type of every linear map and of the embedding (ops/weight_types.hpp). Unset keeps the
+  /// checkpoint's own where the model's scalar supports it: a converted folder's q8 or q4, bf16
+  /// when every linear map is stored as BF16, f32 otherwise (and always f32 for a double model).
+  std::optional<WeightType> weights;
+};
+
+namespace detail {
+
+/// The names and shapes under which a converted folder stores a q8/q4 weight `name` [rows,
+/// cols]: its codes under the weight's own name, its scales and minimums beside it
+/// (docs/FORMATS.md, "Quantised weights").
+struct StoredTensors {
+  std::string codes, scales, minimums;
+  std::vector<int64_t> code_shape, scale_shape;
+  DType code_dtype;
+
+  StoredTensors(const std::string& name, const std::vector<int64_t>& shape, WeightType type)
+      : codes(name),
+        scales(name + "_scale"),
+        minimums(name + "_min"),
+        code_shape{shape[0], code_bytes(type, shape[1])},
+        scale_shape{shape[0], quant_blocks(shape[1])},
+        code_dtype(type == WeightType::kQ8 ? DType::I8 : DType::U8) {}
+};
+
+/// Calls f(name, shape, is_linear) for every tensor of `config` (linear maps: LinearWeights).
+template <typename Scalar, typename F>
+void visit_shapes(const ModelConfig& config, int64_t layers, F&& f) {
+  ModelConfig probe_config = config;
+  probe_config.layers = layers;
+  ModelWeights<Scalar> probe;  // empty tensors: only the layer list is allocated
+  probe.layers.resize(static_cast<size_t>(layers));
+  probe.visit(probe_config,
+              [&](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
+                f(name, shape, is_linear_weight<std::decay_t<decltype(t)>>::value);
+              });
+}
+
+}  // namespace detail
+
+/// The type the checkpoint stores its linear maps in: the config's q8/q4 for a converted
+/// folder, bf16 when every linear map is a BF16 tensor, f32 otherwise.
+template <typename Scalar>
+WeightType stored_weight_type(const ModelConfig& config, const CheckpointReader& reader) {
+  if (is_block_quantised(config.weights)) return config.weights;
+  bool all_bf16 = true;
+  detail::visit_shapes<Scalar>(
+      config, std::min<int64_t>(config.layers, 1),
+      [&](const std::string& name, const std::vector<int64_t>&, bool linear) {
+        if (linear && reader.has(name)) all_bf16 &= reader.dtype(name) == DType::BF16;
+      });
+  return all_bf16 ? WeightType::kBF16 : WeightType::kF32;
+}
+
 /// Checks, from the headers alone, that `reader` holds every tensor `config` asks for with the
-/// shape it asks for, and nothing else; reads no weight and allocates nothing in proportion to
-/// the config's sizes. Throws FormatError "missing tensor", "has shape [..], expected [..]" or
-/// "unexpected tensor".
+/// shape it asks for (the codes and scales of each linear map in a q8/q4 folder), and nothing
+/// else; reads no weight and allocates nothing in proportion to the config's sizes. Throws
+/// FormatError "missing tensor", "has shape [..], expected [..]" or "unexpected tensor".
 template <typename Scalar>
 void check_checkpoint_shapes(CheckpointReader& reader, const ModelConfig& config) {
   // visit() walks the tensors of a ModelWeights whose layers exist; empty ones cost a few hundred
   // bytes a layer. Each layer has tensors of its own, so a checkpoint of n tensors holds at most
   // n layers: a config asking for more is probed for n + 1 layers only, among which (or before
   // which, in visit order) lies the first missing tensor.
-  ModelConfig probe_config = config;
-  probe_config.layers =
+  const int64_t layers =
       std::min<int64_t>(config.layers, static_cast<int64_t>(reader.tensor_count()) + 1);
-  ModelWeights<Scalar> probe;
-  probe.layers.resize(static_cast<size_t>(probe_config.layers));
-  probe.visit(probe_config, [&](const std::string& name, auto&, const std::vector<int64_t>& shape) {
-    reader.expect(name, shape);
-  });
-  if (probe_config.layers < config.layers)  // unreachable by the count above; kept as a guard
-    throw FormatError(reader.dir() + ": missing tensors of layer " +
-                      std::to_string(probe_config.layers) + " (the config asks for " +
-                      std::to_string(config.layers) + " layers)");
+  const WeightType stored = config.weights;
+  const auto expect = [&](const std::string& name, const std::vector<int64_t>& shape, bool linear) {
+    if (!linear || !is_block_quantised(stored)) return reader.expect(name, shape);
+    const detail::StoredTensors t(name, shape, stored);
+    reader.expect(t.codes, t.code_shape);
+    reader.expect(t.scales, t.scale_shape);
+    if (stored == WeightType::kQ4) reader.expect(t.minimums, t.scale_shape);
+  };
+  detail::visit_shapes<Scalar>(config, layers, expect);
+  if (layers < config.layers)  // unreachable by the count above; kept as a guard
+    throw FormatError(reader.dir() + ": missing tensors of layer " + std::to_string(layers) +
+                      " (the config asks for " + std::to_string(config.layers) + " layers)");
   if (config.tie_embeddings && reader.has("output_projection.weight"))
-    reader.expect("output_projection.weight", {config.vocab_size, config.embed_dim});
+    expect("output_projection.weight", {config.vocab_size, config.embed_dim}, true);
   reader.check_all_consumed();
 }
 
-/// Reads every tensor `config` asks for from `reader`, after checking all their shapes (and that
-/// nothing is left over) against the headers: nothing is allocated for a mismatched config.
+/// Reads the linear map `name` [rows, cols] into t as `type`, from the checkpoint's `stored`
+/// type: codes straight into the panels when the two agree, else through Scalar rows a panel at
+/// a time (a q8/q4 weight asked for in another type is decoded first).
 template <typename Scalar>
-ModelWeights<Scalar> load_weights(CheckpointReader& reader, const ModelConfig& config) {
+void read_linear(CheckpointReader& reader, const std::string& name,
+                 const std::vector<int64_t>& shape, WeightType stored, WeightType type,
+                 LinearWeight<Scalar>& t) {
+  const Index rows = shape[0], cols = shape[1];
+  if (!is_block_quantised(stored)) {
+    t.assign(rows, cols, type, [&](Index first, Index n, Scalar* p) {
+      reader.read_rows<Scalar>(name, shape, first, n, p);
+    });
+    return;
+  }
+  const detail::StoredTensors names(name, shape, stored);
+  const auto read_stored = [&](Index first, Index n, StoredRows& out) {
+    const uint64_t code_row = static_cast<uint64_t>(names.code_shape[1]);
+    const uint64_t scale_row = 2 * static_cast<uint64_t>(names.scale_shape[1]);
+    reader.read_bytes(names.codes, names.code_shape, names.code_dtype, first * code_row,
+                      n * code_row, out.codes.data());
+    reader.read_bytes(names.scales, names.scale_shape, DType::F16, first * scale_row, n * scale_row,
+                      reinterpret_cast<uint8_t*>(out.scales.data()));
+    if (stored == WeightType::kQ4)
+      reader.read_bytes(names.minimums, names.scale_shape, DType::F16, first * scale_row,
+                        n * scale_row, reinterpret_cast<uint8_t*>(out.minimums.data()));
+    for (const auto* halves : {&out.scales, &out.minimums})
+      for (uint16_t h : *halves)
+        if ((h & 0x7c00u) == 0x7c00u)
+          throw FormatError(reader.dir() + ": tensor " + name +
+                            ": a scale or minimum is NaN or infinite: expected finite weights");
+  };
+  if (type == stored) return t.assign_stored(rows, cols, stored, read_stored);
+  LinearWeight<Scalar> codes;
+  codes.assign_stored(rows, cols, stored, read_stored);
+  t.assign(rows, cols, type, [&](Index first, Index n, Scalar* p) {
+    for (Index r = 0; r < n; ++r) codes.copy_row(first + r, p + r * cols);
+  });
+}
+
+/// Reads every tensor `config` asks for from `reader`, after checking all their shapes (and that
+/// nothing is left over) against the headers: nothing is allocated for a mismatched config. The
+/// linear maps become `type` (the result's config.weights tells which it took).
+template <typename Scalar>
+ModelWeights<Scalar> load_weights(CheckpointReader& reader, ModelConfig& config,
+                                  const LoadOptions& options = {}) {
   check_checkpoint_shapes<Scalar>(reader, config);
+  const WeightType stored = stored_weight_type<Scalar>(config, reader);
+  const WeightType type =
+      !std::is_same_v<Scalar, float> ? WeightType::kF32 : options.weights.value_or(stored);
+  if (!std::is_same_v<Scalar, float> && options.weights && *options.weights != WeightType::kF32)
+    throw InvalidArgument(std::string("weights ") + weight_type_name(*options.weights) +
+                          ": only float models hold bf16, q8 or q4 weights");
   ModelWeights<Scalar> w;
-  w.allocate(config);
+  w.allocate(config, type);
   w.visit(config, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
-    ModelWeights<Scalar>::write_row_major(
-        t, shape, [&](Scalar* p) { reader.template read<Scalar>(name, shape, p); });
+    if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+      read_linear(reader, name, shape, config.weights, type, t);
+    else
+      ModelWeights<Scalar>::write_row_major(
+          t, shape, [&](Index, Index, Scalar* p) { reader.template read<Scalar>(name, shape, p); });
   });
   // Tied checkpoints usually omit the output projection; if one is stored anyway, use it (and
-  // keep the embedding apart, in rows).
+  // keep the embedding apart).
   if (config.tie_embeddings && reader.has("output_projection.weight")) {
-    w.embed = w.output.to_matrix();
-    w.output.assign(config.vocab_size, config.embed_dim, [&](Scalar* p) {
-      reader.template read<Scalar>("output_projection.weight",
-                                   {config.vocab_size, config.embed_dim}, p);
-    });
+    w.embed = std::move(w.output);
+    read_linear(reader, "output_projection.weight", {config.vocab_size, config.embed_dim},
+                config.weights, type, w.output);
   }
   reader.check_all_consumed();
+  config.weights = type;
   return w;
 }
 
 template <typename Scalar>
-ModelWeights<Scalar> load_weights(const std::string& dir, const ModelConfig& config) {
+ModelWeights<Scalar> load_weights(const std::string& dir, ModelConfig& config,
+                                  const LoadOptions& options = {}) {
   CheckpointReader reader(dir);
-  return load_weights<Scalar>(reader, config);
+  return load_weights<Scalar>(reader, config, options);
 }
 
 /// The config of the model folder `dir`, resolved against its tensors (resolve_family).
@@ -124,7 +234,7 @@ inline ModelConfig load_config(const std::string& dir, CheckpointReader& reader)
 /// Loads `dir/config.json` and the weights of `dir`. Throws FormatError naming the file and
 /// tensor on any mismatch.
 template <typename Scalar>
-RetNetModel<Scalar> load_model(const std::string& dir) {
+RetNetModel<Scalar> load_model(const std::string& dir, const LoadOptions& options = {}) {
   ModelConfig config;
   try {
     config = ModelConfig::load(path_in_folder(dir, "config.json"));
@@ -139,7 +249,8 @@ RetNetModel<Scalar> load_model(const std::string& dir) {
   }
   CheckpointReader reader(dir);
   config = resolve_family(config, reader);
-  return RetNetModel<Scalar>(config, load_weights<Scalar>(reader, config));
+  ModelWeights<Scalar> weights = load_weights<Scalar>(reader, config, options);
+  return RetNetModel<Scalar>(config, std::move(weights));
 }
 
 }  // namespace retnet

@@ -28,13 +28,19 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/file.hpp"
+#include "retnet/core/float_formats.hpp"
 #include "retnet/core/json.hpp"
 
 namespace retnet {
 
-/// Element types the library can read (and write). Other safetensors dtypes (integers,
-/// FP8, ...) are rejected with a FormatError.
-enum class DType { F32, F16, BF16, F64 };
+/// Element types the library can read (and write). The floating types hold weights; the
+/// bytes I8 and U8 hold the codes of quantised weights (ops/weight_types.hpp), read raw. Other
+/// safetensors dtypes (wider integers, FP8, ...) are rejected with a FormatError.
+enum class DType { F32, F16, BF16, F64, I8, U8 };
+
+inline bool is_floating(DType dtype) {
+  return dtype != DType::I8 && dtype != DType::U8;
+}
 
 /// Bytes per element.
 inline size_t dtype_size(DType dtype) {
@@ -46,6 +52,9 @@ inline size_t dtype_size(DType dtype) {
       return 2;
     case DType::F64:
       return 8;
+    case DType::I8:
+    case DType::U8:
+      return 1;
   }
   return 0;
 }
@@ -61,90 +70,23 @@ inline const char* dtype_name(DType dtype) {
       return "BF16";
     case DType::F64:
       return "F64";
+    case DType::I8:
+      return "I8";
+    case DType::U8:
+      return "U8";
   }
   return "?";
 }
 
 /// Parses a safetensors dtype name; false if it is not one of the supported dtypes.
 inline bool dtype_from_name(const std::string& name, DType* out) {
-  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I8, DType::U8}) {
     if (name == dtype_name(d)) {
       *out = d;
       return true;
     }
   }
   return false;
-}
-
-// ---------------------------------------------------------------------------------------
-// Scalar conversions. Written on the bit patterns so that they do not depend on compiler
-// support for _Float16 / __bf16 and handle subnormals, infinities and NaN exactly.
-
-inline float bits_to_float(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-inline uint32_t float_to_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-/// IEEE binary16 -> float (exact: every half value is representable as a float).
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f)  // inf / NaN: keep the payload so NaNs stay NaNs
-    return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0)  // normal: rebias the exponent from 15 to 127
-    return bits_to_float(sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13));
-  // Zero or subnormal: mantissa * 2^-24, exact in float.
-  const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-  return sign ? -magnitude : magnitude;
-}
-
-/// bfloat16 -> float: bf16 is the top half of a float, so this is exact for every value.
-inline float bf16_to_float(uint16_t b) {
-  return bits_to_float(static_cast<uint32_t>(b) << 16);
-}
-
-/// float -> IEEE binary16 with round-to-nearest-even; overflow gives inf, NaN stays NaN.
-inline uint16_t float_to_half(float f) {
-  const uint32_t x = float_to_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) {  // inf or NaN (force a quiet-NaN bit so the payload is not lost)
-    const uint16_t nan_bits = a > 0x7f800000u ? (0x200u | ((a >> 13) & 0x3ffu)) : 0u;
-    return static_cast<uint16_t>(sign | 0x7c00u | nan_bits);
-  }
-  // 65520 is halfway between the largest half (65504) and 65536; ties-to-even goes up.
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a >= 0x38800000u) {  // normal half (>= 2^-14): rebias, then round away 13 bits
-    uint32_t v = a - ((127u - 15u) << 23);
-    v += 0xfffu + ((v >> 13) & 1u);
-    return static_cast<uint16_t>(sign | (v >> 13));
-  }
-  if (a <= 0x33000000u) return sign;  // <= 2^-25: ties-to-even rounds to zero
-  // Subnormal half: value in units of 2^-24 is m * 2^(e - 126), a right shift by 126 - e.
-  const uint32_t e = a >> 23;
-  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126u - e;  // 14..24 here
-  uint32_t q = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1u);
-  const uint32_t halfway = 1u << (shift - 1u);
-  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;  // may carry into the normal range
-  return static_cast<uint16_t>(sign | q);
-}
-
-/// float -> bfloat16 with round-to-nearest-even; NaN stays (quiet) NaN.
-inline uint16_t float_to_bf16(float f) {
-  const uint32_t x = float_to_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
 }
 
 namespace detail {
@@ -196,6 +138,12 @@ void decode(DType dtype, const uint8_t* src, size_t count, Scalar* dst) {
         dst[i] = static_cast<Scalar>(d);
       }
       break;
+    case DType::I8:
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<Scalar>(static_cast<int8_t>(src[i]));
+      break;
+    case DType::U8:
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<Scalar>(src[i]);
+      break;
   }
 }
 
@@ -219,6 +167,9 @@ inline void encode(DType dtype, const float* src, size_t count, uint8_t* dst) {
         store_le64(dst + 8 * i, bits);
       }
       break;
+    case DType::I8:
+    case DType::U8:
+      throw InvalidArgument("safetensors: I8 and U8 tensors are written from their bytes");
   }
 }
 
@@ -344,17 +295,48 @@ class SafetensorsFile {
   /// the tensor and the element; the check runs on each block as it is converted.
   template <typename Scalar>
   void read(const TensorInfo& t, Scalar* dst, bool require_finite = false) const {
+    read(t, 0, static_cast<uint64_t>(t.numel()), dst, require_finite);
+  }
+
+  /// Elements [first, first + count) of tensor t (a block of rows, say), as read() does.
+  template <typename Scalar>
+  void read(const TensorInfo& t, uint64_t first, uint64_t count, Scalar* dst,
+            bool require_finite = false) const {
+    RETNET_REQUIRE(first <= static_cast<uint64_t>(t.numel()) &&
+                       count <= static_cast<uint64_t>(t.numel()) - first,
+                   "safetensors: element range out of bounds");
     const size_t esize = dtype_size(t.dtype);
-    const uint64_t total = t.nbytes();
+    stream(t, t.begin + first * esize, count * esize,
+           [&](const uint8_t* bytes, size_t n, uint64_t done) {
+             detail::decode(t.dtype, bytes, n / esize, dst + done / esize);
+             if (require_finite)
+               check_finite(t, dst + done / esize, n / esize, first + done / esize);
+           });
+  }
+
+  /// Bytes [first, first + count) of tensor t's data, as stored (the codes of a quantised weight).
+  void read_bytes(const TensorInfo& t, uint64_t first, uint64_t count, uint8_t* dst) const {
+    RETNET_REQUIRE(first <= t.nbytes() && count <= t.nbytes() - first,
+                   "safetensors: byte range out of bounds");
+    stream(t, t.begin + first, count, [&](const uint8_t* bytes, size_t n, uint64_t done) {
+      std::copy_n(bytes, n, dst + done);
+    });
+  }
+
+ private:
+  SafetensorsFile() = default;
+
+  /// Calls take(bytes, n, done) on consecutive blocks of the `total` bytes at data offset
+  /// `start` (from memory, or read from the file a block at a time).
+  template <typename Take>
+  void stream(const TensorInfo& t, uint64_t start, uint64_t total, Take&& take) const {
     if (total == 0) return;
     if (memory_) {  // whole buffer is in memory and bounds were validated against it
-      const size_t count = static_cast<size_t>(total / esize);
-      detail::decode(t.dtype, memory_ + data_start_ + t.begin, count, dst);
-      if (require_finite) check_finite(t, dst, count, 0);
+      take(memory_ + data_start_ + start, static_cast<size_t>(total), 0);
       return;
     }
     std::ifstream in = open_regular_file(path_);
-    in.seekg(static_cast<std::streamoff>(data_start_ + t.begin));
+    in.seekg(static_cast<std::streamoff>(data_start_ + start));
     std::vector<uint8_t> block(
         static_cast<size_t>(std::min<uint64_t>(total, detail::kIoBlockBytes)));
     uint64_t done = 0;
@@ -363,18 +345,13 @@ class SafetensorsFile {
       in.read(reinterpret_cast<char*>(block.data()), static_cast<std::streamsize>(n));
       if (!in || static_cast<size_t>(in.gcount()) != n)
         throw FormatError(path_ + ": file ended while reading tensor " + t.name + ": expected " +
-                          std::to_string(total) + " bytes at data offset " +
-                          std::to_string(t.begin) + ", found " +
-                          std::to_string(done + in.gcount()) +
+                          std::to_string(total) + " bytes at data offset " + std::to_string(start) +
+                          ", found " + std::to_string(done + in.gcount()) +
                           " (was the file changed after it was opened?)");
-      detail::decode(t.dtype, block.data(), n / esize, dst + done / esize);
-      if (require_finite) check_finite(t, dst + done / esize, n / esize, done / esize);
+      take(block.data(), n, done);
       done += n;
     }
   }
-
- private:
-  SafetensorsFile() = default;
 
   template <typename Scalar>
   void check_finite(const TensorInfo& t, const Scalar* values, size_t count, uint64_t first) const {
@@ -469,7 +446,7 @@ class SafetensorsFile {
       throw FormatError(where + ": \"dtype\" must be a string, found " + json_excerpt(dtype));
     if (!dtype_from_name(dtype.get<std::string>(), &t.dtype))
       throw FormatError(where + ": unknown dtype " + excerpt(dtype.get<std::string>(), 16) +
-                        " (expected F32, F16, BF16 or F64)");
+                        " (expected F32, F16, BF16, F64, I8 or U8)");
 
     const nlohmann::json& shape = e["shape"];
     if (!shape.is_array())
@@ -561,12 +538,14 @@ class SafetensorsFile {
 // ---------------------------------------------------------------------------------------
 
 /// A tensor to write: `data` holds numel floats, row-major; they are stored as `dtype`
-/// (F16 and BF16 round to nearest even).
+/// (F16 and BF16 round to nearest even). Or `bytes` holds them already encoded as `dtype`,
+/// little-endian (I8 and U8 codes, binary16 scales).
 struct SavedTensor {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  const void* bytes = nullptr;
 };
 
 /// Writes a safetensors file. Tensors are laid out in the given order; the header is
@@ -589,7 +568,8 @@ inline void save_safetensors(const std::string& path, const std::vector<SavedTen
       if (d < 0 || !detail::checked_mul(numel, static_cast<uint64_t>(d), &numel))
         throw InvalidArgument(where + ": invalid shape " + detail::shape_string(t.shape));
     }
-    if (numel > 0 && t.data == nullptr) throw InvalidArgument(where + ": data is null");
+    if (numel > 0 && t.data == nullptr && t.bytes == nullptr)
+      throw InvalidArgument(where + ": data is null");
     uint64_t bytes = 0;
     if (!detail::checked_mul(numel, dtype_size(t.dtype), &bytes) ||
         bytes > std::numeric_limits<uint64_t>::max() - offset)
@@ -617,6 +597,11 @@ inline void save_safetensors(const std::string& path, const std::vector<SavedTen
   std::vector<uint8_t> block;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const size_t esize = dtype_size(tensors[i].dtype);
+    if (tensors[i].bytes) {
+      out.write(static_cast<const char*>(tensors[i].bytes),
+                static_cast<std::streamsize>(numels[i] * esize));
+      continue;
+    }
     const size_t per_block = detail::kIoBlockBytes / esize;
     block.resize(static_cast<size_t>(std::min<uint64_t>(numels[i], per_block)) * esize);
     for (uint64_t done = 0; done < numels[i];) {

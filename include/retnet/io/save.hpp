@@ -1,5 +1,7 @@
 // Writing a model folder that load_model() reads back: config.json and model.safetensors with
-// the checkpoint names of docs/NUMERICS.md#tensor-names (torchscale's, unprefixed).
+// the checkpoint names of the config's family (docs/NUMERICS.md#tensor-names, docs/FORMATS.md).
+// Linear maps are written in their own type: f32 as `dtype`, bf16 as BF16, q8 and q4 as codes
+// and scales (docs/FORMATS.md, "Quantised weights"), so a converted folder loads as it was saved.
 #pragma once
 
 #include <fstream>
@@ -7,36 +9,78 @@
 #include <type_traits>
 #include <vector>
 
+#include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/model/weights.hpp"
 
 namespace retnet {
 
-/// Writes `dir`/config.json and `dir`/model.safetensors (float32, or `dtype`) for `weights`.
-/// The folder must exist. Tests and tools use it to make model folders; it holds one float32
-/// copy of the weights while writing.
+/// Writes `dir`/config.json and `dir`/model.safetensors for `weights`, whose linear maps must all
+/// be of one type. The folder must exist. Holds one stored copy of the weights while writing
+/// (float32 for f32 weights, codes for q8 and q4).
 template <typename Scalar>
-void save_model(const std::string& dir, const ModelConfig& config,
-                const ModelWeights<Scalar>& weights, DType dtype = DType::F32) {
+void save_model(const std::string& dir, ModelConfig config, const ModelWeights<Scalar>& weights,
+                DType dtype = DType::F32) {
+  config.weights = weights.output.type();
+  // The prefix that tells the families apart when the folder is read (CheckpointReader).
+  const auto stored_name = [&](const std::string& name) {
+    const bool prefixed = config.family == Family::kSyncdoth ||
+                          (config.family == Family::kFla && name.rfind("lm_head.", 0) != 0);
+    return (prefixed ? "model." : "") + name;
+  };
   std::vector<std::vector<float>> values;  // row-major float copies that SavedTensor points into
+  std::vector<StoredRows> codes;           // the same for q8/q4 weights
   std::vector<SavedTensor> tensors;
+  const auto save = [&](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
+    if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value) {
+      RETNET_REQUIRE(t.type() == config.weights, "save_model: linear maps of several types");
+      if (is_block_quantised(t.type())) {
+        codes.push_back(t.stored_rows(0, t.rows()));
+        const detail::StoredTensors stored(stored_name(name), shape, t.type());
+        tensors.push_back({stored.codes, stored.code_dtype, stored.code_shape, nullptr, nullptr});
+        tensors.push_back({stored.scales, DType::F16, stored.scale_shape, nullptr, nullptr});
+        if (t.type() == WeightType::kQ4)
+          tensors.push_back({stored.minimums, DType::F16, stored.scale_shape, nullptr, nullptr});
+        return;
+      }
+      std::vector<float> v(static_cast<size_t>(t.rows() * t.cols()));
+      std::vector<Scalar> row(static_cast<size_t>(t.cols()));
+      for (Index r = 0; r < t.rows(); ++r) {
+        t.copy_row(r, row.data());
+        for (Index c = 0; c < t.cols(); ++c) v[r * t.cols() + c] = static_cast<float>(row[c]);
+      }
+      values.push_back(std::move(v));
+      tensors.push_back({stored_name(name), t.type() == WeightType::kBF16 ? DType::BF16 : dtype,
+                         shape, nullptr, nullptr});
+    } else {
+      std::vector<float> v(static_cast<size_t>(t.size()));
+      for (Index i = 0; i < t.size(); ++i) v[i] = static_cast<float>(t.data()[i]);
+      values.push_back(std::move(v));
+      tensors.push_back({stored_name(name), dtype, shape, nullptr, nullptr});
+    }
+  };
   weights.visit(config,
                 [&](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
-                  std::vector<float> v(static_cast<size_t>(t.rows() * t.cols()));
-                  if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value) {
-                    std::vector<Scalar> row(static_cast<size_t>(t.cols()));
-                    for (Index r = 0; r < t.rows(); ++r) {
-                      t.copy_row(r, row.data());
-                      for (Index c = 0; c < t.cols(); ++c)
-                        v[r * t.cols() + c] = static_cast<float>(row[c]);
-                    }
-                  } else {
-                    for (Index i = 0; i < t.size(); ++i) v[i] = static_cast<float>(t.data()[i]);
-                  }
-                  values.push_back(std::move(v));
-                  tensors.push_back({name, dtype, shape, nullptr});
+                  if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+                    if (&t == &weights.output && config.tie_embeddings && weights.embed.size())
+                      return save(name, weights.embed, shape);  // the embedding, kept apart
+                  save(name, t, shape);
                 });
-  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data = values[i].data();
+  if (config.tie_embeddings && weights.embed.size())  // a tied model that keeps both
+    save("output_projection.weight", weights.output, {config.vocab_size, config.embed_dim});
+  // Point the tensors at their data now that the vectors no longer move.
+  size_t next_value = 0, next_code = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    SavedTensor& t = tensors[i];
+    if (t.dtype == DType::I8 || t.dtype == DType::U8) {
+      const StoredRows& c = codes[next_code++];
+      t.bytes = c.codes.data();
+      tensors[++i].bytes = c.scales.data();
+      if (c.type == WeightType::kQ4) tensors[++i].bytes = c.minimums.data();
+    } else {
+      t.data = values[next_value++].data();
+    }
+  }
   save_safetensors(dir + "/model.safetensors", tensors);
   std::ofstream out(dir + "/config.json");
   out << config.to_json().dump(2) << "\n";

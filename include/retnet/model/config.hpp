@@ -21,6 +21,7 @@
 #include "retnet/core/json.hpp"
 #include "retnet/ops/activation.hpp"
 #include "retnet/ops/norm.hpp"
+#include "retnet/ops/weight_types.hpp"
 
 namespace retnet {
 
@@ -60,6 +61,8 @@ struct ModelConfig {
   bool fused_gate_up = false;        // fla files before 2025: mlp.gate_proj is [2F, d] (no
                                      // up_proj); not a config key, read from the tensor names
   int64_t chunk_size = 64;           // recurrent_chunk_size: default chunk of the chunkwise form
+  WeightType weights = WeightType::kF32;  // the linear maps' type: quantization_config (q8, q4)
+                                          // in a converted folder; bf16 from the tensors' dtype
 
   int64_t key_dim() const { return key_embed_dim > 0 ? key_embed_dim : embed_dim; }
   int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -147,6 +150,8 @@ struct ModelConfig {
     c.tie_embeddings = r.flag("tie_word_embeddings", false) || c.tie_embeddings;
     if (j.contains("recurrent_chunk_size") && !j["recurrent_chunk_size"].is_null())
       c.chunk_size = r.required("recurrent_chunk_size");
+    if (r.has("quantization_config"))
+      c.weights = read_quantization(j["quantization_config"], source);
     c.validate();
     return c;
   }
@@ -163,6 +168,38 @@ struct ModelConfig {
   /// A config.json of the config's family that from_json reads back to the same values
   /// (fused_gate_up, which comes from the tensor names, excepted).
   nlohmann::json to_json() const {
+    nlohmann::json j = family_json();
+    if (is_block_quantised(weights))  // bf16 needs no key: the tensors' dtype says it
+      j["quantization_config"] = {{"quant_method", "retnet"},
+                                  {"weights", weight_type_name(weights)},
+                                  {"block_size", kQuantBlock}};
+    return j;
+  }
+
+ private:
+  /// The weight type of a converted folder's "quantization_config" (docs/FORMATS.md, "Quantised
+  /// weights"); another quant_method (GPTQ, bitsandbytes, ...) is refused by name.
+  static WeightType read_quantization(const nlohmann::json& q, const std::string& source) {
+    const std::string where = source + ": quantization_config";
+    if (!q.is_object()) throw FormatError(where + " must be an object, found " + json_excerpt(q));
+    const auto text = [&](const char* key) {
+      if (!q.contains(key) || !q[key].is_string())
+        throw FormatError(where + ": \"" + key + "\" must be a string");
+      return q[key].get<std::string>();
+    };
+    const std::string method = text("quant_method");
+    if (method != "retnet")
+      throw FormatError(where + ": quant_method " + excerpt(method) +
+                        " is not supported (only retnet's own q8 and q4, from `retnet convert`)");
+    const std::string type = text("weights");
+    if (type != "q8" && type != "q4")
+      throw FormatError(where + ": weights " + excerpt(type) + ", expected q8 or q4");
+    if (!q.contains("block_size") || q["block_size"] != kQuantBlock)
+      throw FormatError(where + ": block_size must be " + std::to_string(kQuantBlock));
+    return parse_weight_type(type);
+  }
+
+  nlohmann::json family_json() const {
     if (family == Family::kFla) {
       return {{"model_type", "retnet"},
               {"vocab_size", vocab_size},
@@ -201,7 +238,6 @@ struct ModelConfig {
     return j;
   }
 
- private:
   /// Typed access to the keys of one config.json; every error names the file and the key.
   struct Reader {
     const nlohmann::json& j;

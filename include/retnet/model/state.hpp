@@ -305,8 +305,7 @@ uint64_t fnv1a_value(uint64_t h, T v) {
 
 template <typename Scalar>
 float weight_at(const LinearWeight<Scalar>& w, Index r, Index c) {
-  constexpr Index kRows = LinearWeight<Scalar>::kPanelRows;
-  return static_cast<float>(w.panel(r / kRows)[c * kRows + r % kRows]);
+  return static_cast<float>(w.at(r, c));
 }
 template <typename T>
 float weight_at(const T& m, Index r, Index c) {

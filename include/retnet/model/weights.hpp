@@ -21,28 +21,31 @@ struct is_linear_weight<LinearWeight<Scalar>> : std::true_type {};
 
 template <typename Scalar>
 struct ModelWeights {
-  // A tied model holds its embedding once, as the output projection: its rows are gathered from
-  // the panels (a few per token) while the projection reads them as panels.
-  Matrix<Scalar> embed;     // [vocab, d]; empty when tied, unless the checkpoint stored both
-  Norm<Scalar> embed_norm;  // layernorm_embedding only
+  // A tied model holds its embedding once, as the output projection. Embedding rows are gathered
+  // from the panels (a few per token), so both are LinearWeights of the model's weight type.
+  LinearWeight<Scalar> embed;  // [vocab, d]; empty when tied, unless the checkpoint stored both
+  Norm<Scalar> embed_norm;     // layernorm_embedding only
   std::vector<DecoderLayerWeights<Scalar>> layers;
   Norm<Scalar> final_norm;
   LinearWeight<Scalar> output;  // [vocab, d]: the output projection
 
   /// out[0, d) = the embedding of `token`.
   void embedding(Index token, Scalar* out) const {
-    if (embed.size())
-      std::copy_n(embed.row(token).data(), embed.cols(), out);
-    else
-      output.copy_row(token, out);
+    (embed.size() ? embed : output).copy_row(token, out);
   }
 
+  /// Bytes the weights hold (quantised ones as stored: codes and scales).
   size_t size_bytes(const ModelConfig& c) const {
     size_t n = 0;
-    visit(c,
-          [&](const std::string&, const auto& t, const std::vector<int64_t>&) { n += t.size(); });
-    if (c.tie_embeddings) n += static_cast<size_t>(embed.size());  // both were stored
-    return n * sizeof(Scalar);
+    const auto add = [&](const auto& t) {
+      if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+        n += t.stored_bytes();
+      else
+        n += static_cast<size_t>(t.size()) * sizeof(Scalar);
+    };
+    visit(c, [&](const std::string&, const auto& t, const std::vector<int64_t>&) { add(t); });
+    if (c.tie_embeddings) add(embed);  // both were stored
+    return n;
   }
 
   /// Calls f(logical_name, tensor, expected_shape) for every tensor the config asks for, in
@@ -59,60 +62,73 @@ struct ModelWeights {
 
   /// Random weights (seeded, for tests and benchmarks): matrices ~ N(0, 1/in), norm weights
   /// ~ 1 + N(0, 0.1), biases ~ N(0, 0.1).
-  static ModelWeights random(const ModelConfig& c, uint64_t seed) {
+  /// The linear maps are then stored as `type` (the same draws, rounded or quantised).
+  static ModelWeights random(const ModelConfig& c, uint64_t seed,
+                             WeightType type = WeightType::kF32) {
     ModelWeights w;
-    w.allocate(c);
+    w.allocate(c, type);
     std::mt19937_64 rng(seed);
     w.visit(c, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
       const bool is_norm = shape.size() == 1 && name.find("bias") == std::string::npos &&
                            name.find("norm") != std::string::npos;
       const double stdev = shape.size() == 2 ? 1.0 / std::sqrt(double(shape[1])) : 0.1;
       std::normal_distribution<double> normal(is_norm ? 1.0 : 0.0, stdev);
-      write_row_major(t, shape, [&](Scalar* p) {
-        for (Index i = 0; i < t.size(); ++i) p[i] = static_cast<Scalar>(normal(rng));
-      });
+      const Index cols = shape.size() == 2 ? shape[1] : 1;
+      write_row_major(
+          t, shape,
+          [&](Index, Index n, Scalar* p) {
+            for (Index i = 0; i < n * cols; ++i) p[i] = static_cast<Scalar>(normal(rng));
+          },
+          type);
     });
     return w;
   }
 
-  /// Gives tensor t (a LinearWeight, Matrix or Vector) the shape and the values fill(p) writes
-  /// to p in row-major order: checkpoints and random draws go through here.
-  template <typename T, typename Fill>
-  static void write_row_major(T& t, const std::vector<int64_t>& shape, Fill&& fill) {
+  /// Gives tensor t (a LinearWeight, Matrix or Vector) the shape and the values fill(first, n,
+  /// p) writes to p for rows [first, first + n), row-major: checkpoints and random draws go
+  /// through here. A LinearWeight gets `type` (its rows arrive a panel at a time); the others
+  /// stay in Scalar and get all their rows at once.
+  template <typename T, typename FillRows>
+  static void write_row_major(T& t, const std::vector<int64_t>& shape, FillRows&& fill,
+                              WeightType type = WeightType::kF32) {
     const Index rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
     if constexpr (is_linear_weight<T>::value) {
-      t.assign(rows, cols, fill);
+      t.assign(rows, cols, type, fill);
     } else {
       t.resize(rows, cols);
-      fill(t.data());
+      fill(0, rows, t.data());
     }
   }
 
-  /// Bytes of every tensor the config asks for, counted from the shapes alone (in double, so
-  /// that hostile sizes cannot overflow): what allocate() would take.
-  static double bytes_for(const ModelConfig& c) {
+  /// Bytes of every tensor the config asks for, with the linear maps in `type`, counted from
+  /// the shapes alone (in double, so that hostile sizes cannot overflow): what allocate() takes.
+  static double bytes_for(const ModelConfig& c, WeightType type = WeightType::kF32) {
     ModelWeights shapes;  // empty tensors: only the layer list is allocated
     shapes.layers.resize(static_cast<size_t>(c.layers));
-    double elements = 0;
-    shapes.visit(c, [&](const std::string&, const auto&, const std::vector<int64_t>& shape) {
-      double n = 1;
-      for (int64_t extent : shape) n *= double(extent);
-      elements += n;
+    double bytes = 0;
+    shapes.visit(c, [&](const std::string&, const auto& t, const std::vector<int64_t>& shape) {
+      if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value) {
+        bytes += LinearWeight<Scalar>::bytes_for(shape[0], shape[1], type);
+      } else {
+        double n = sizeof(Scalar);
+        for (int64_t extent : shape) n *= double(extent);
+        bytes += n;
+      }
     });
-    return elements * sizeof(Scalar);
+    return bytes;
   }
 
-  /// Gives every tensor the shape the config asks for (contents undefined), after checking
-  /// that they fit in memory.
-  void allocate(const ModelConfig& c) {
+  /// Gives every tensor the shape the config asks for (all zero), the linear maps in `type`,
+  /// after checking that they fit in memory.
+  void allocate(const ModelConfig& c, WeightType type = WeightType::kF32) {
     c.validate();
-    require_fits_in_memory(bytes_for(c), [] { return "the weights of this config"; });
+    require_fits_in_memory(bytes_for(c, type), [] { return "the weights of this config"; });
     layers.resize(static_cast<size_t>(c.layers));
-    visit(c, [](const std::string&, auto& t, const std::vector<int64_t>& shape) {
-      if (shape.size() == 2)
-        t.resize(shape[0], shape[1]);
+    visit(c, [&](const std::string&, auto& t, const std::vector<int64_t>& shape) {
+      if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+        t.resize(shape[0], shape[1], type);
       else
-        t.resize(shape[0], 1);
+        t.setZero(shape[0], shape.size() == 2 ? shape[1] : 1);
     });
   }
 

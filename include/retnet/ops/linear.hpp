@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
+#include <vector>
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
+#include "retnet/ops/weight_types.hpp"
 
 namespace retnet {
 
@@ -19,65 +22,159 @@ namespace retnet {
 /// into 48 multiply-adds against one panel row: the 48 outputs stay in SIMD registers, with no
 /// horizontal sums, where PyTorch's row-major layout needs a sum across SIMD lanes per output
 /// (benchmarks/bench_kernels.cpp compares the two: BM_DecodeProduct).
+///
+/// The values are of one WeightType (ops/weight_types.hpp): Scalar itself (kF32), or bf16, q8
+/// or q4 panels that the products decode a [128][48] tile at a time.
 template <typename Scalar>
 class LinearWeight {
  public:
-  static constexpr Index kPanelRows = 48;
+  static constexpr Index kPanelRows = detail::PanelFormat::kWidth;
 
   LinearWeight() = default;
-  LinearWeight(Index rows, Index cols) { resize(rows, cols); }
-  explicit LinearWeight(const Matrix<Scalar>& w) {
-    assign(w.rows(), w.cols(),
-           [&](Scalar* row_major) { MatrixMap<Scalar>(row_major, w.rows(), w.cols()) = w; });
+  LinearWeight(Index rows, Index cols, WeightType type = WeightType::kF32) {
+    resize(rows, cols, type);
+  }
+  explicit LinearWeight(const Matrix<Scalar>& w, WeightType type = WeightType::kF32) {
+    assign(w.rows(), w.cols(), type, [&](Index first, Index n, Scalar* out) {
+      MatrixMap<Scalar>(out, n, w.cols()) = w.middleRows(first, n);
+    });
   }
 
-  /// Shape [rows, cols], all zero.
-  void resize(Index rows, Index cols) {
-    RETNET_REQUIRE(rows >= 0 && cols >= 0, "LinearWeight: negative shape");
-    rows_ = rows, cols_ = cols;
-    data_.setZero(panels() * kPanelRows * cols);
+  /// Bytes that a [rows, cols] weight of `type` holds (in double: hostile shapes cannot overflow).
+  static double bytes_for(Index rows, Index cols, WeightType type) {
+    return double((rows + kPanelRows - 1) / kPanelRows) *
+           double(detail::PanelFormat::panel_bytes(type, cols, sizeof(Scalar)));
   }
 
-  /// Shape [rows, cols] with the values fill(p) writes to p in row-major order (a checkpoint
-  /// reader, say). The rows of a panel are contiguous in row-major order too, so each panel is
-  /// transposed in place through one panel of scratch: no second copy of W is ever held.
-  template <typename Fill>
-  void assign(Index rows, Index cols, Fill&& fill) {
+  /// Shape [rows, cols] of `type`, all zero.
+  void resize(Index rows, Index cols, WeightType type = WeightType::kF32) {
     RETNET_REQUIRE(rows >= 0 && cols >= 0, "LinearWeight: negative shape");
-    rows_ = rows, cols_ = cols;
-    data_.resize(panels() * kPanelRows * cols);  // fill writes all but the padding rows
-    fill(data_.data());
-    std::fill(data_.data() + rows * cols, data_.data() + data_.size(), Scalar(0));
-    Matrix<Scalar> rows_of_panel(kPanelRows, cols);
+    RETNET_REQUIRE((type == WeightType::kF32 || std::is_same_v<Scalar, float>),
+                   "LinearWeight: bf16, q8 and q4 weights are for float models");
+    type_ = type, rows_ = rows, cols_ = cols;
+    panel_bytes_ = detail::PanelFormat::panel_bytes(type, cols, sizeof(Scalar));
+    bytes_.assign(static_cast<size_t>(panels() * panel_bytes_), 0);
+  }
+
+  /// Shape [rows, cols] of `type` with the values fill(first, n, p) writes to p for rows [first,
+  /// first + n), row-major: a panel's rows at a time, so that no full-precision copy of W is
+  /// ever held (a checkpoint reader converts each block of rows as it goes).
+  template <typename FillRows>
+  void assign(Index rows, Index cols, WeightType type, FillRows&& fill) {
+    resize(rows, cols, type);
+    Matrix<Scalar> panel_rows(kPanelRows, cols);  // zero past the last row of W
+    std::vector<float> as_float;
+    StoredRows codes;
     for (Index p = 0; p < panels(); ++p) {
-      Scalar* panel = data_.data() + p * kPanelRows * cols;
-      rows_of_panel = ConstMatrixMap<Scalar>(panel, kPanelRows, cols);
-      MatrixMap<Scalar>(panel, cols, kPanelRows) = rows_of_panel.transpose();
+      const Index first = p * kPanelRows, n = std::min(kPanelRows, rows - first);
+      panel_rows.setZero();
+      fill(first, n, panel_rows.data());
+      uint8_t* panel = bytes_.data() + p * panel_bytes_;
+      if (type == WeightType::kF32) {
+        MatrixMap<Scalar>(reinterpret_cast<Scalar*>(panel), cols, kPanelRows) =
+            panel_rows.transpose();
+      } else if (type == WeightType::kBF16) {
+        auto* out = reinterpret_cast<uint16_t*>(panel);
+        for (Index q = 0; q < cols; ++q)
+          for (Index r = 0; r < kPanelRows; ++r)
+            out[q * kPanelRows + r] = float_to_bf16(static_cast<float>(panel_rows(r, q)));
+      } else {
+        as_float.resize(static_cast<size_t>(n * cols));
+        for (Index i = 0; i < n * cols; ++i) as_float[i] = static_cast<float>(panel_rows.data()[i]);
+        quantize_rows(type, as_float.data(), n, cols, codes);
+        detail::pack_panel(codes, panel);
+      }
     }
   }
 
+  /// Shape [rows, cols] of a q8/q4 `type` from stored codes: read(first, n, rows) fills `rows`
+  /// (already resized to n rows) with rows [first, first + n), a panel at a time.
+  template <typename ReadRows>
+  void assign_stored(Index rows, Index cols, WeightType type, ReadRows&& read) {
+    RETNET_REQUIRE(is_block_quantised(type), "LinearWeight: stored codes are q8 or q4");
+    resize(rows, cols, type);
+    StoredRows codes;
+    for (Index p = 0; p < panels(); ++p) {
+      const Index first = p * kPanelRows, n = std::min(kPanelRows, rows - first);
+      codes.resize(type, n, cols);
+      read(first, n, codes);
+      detail::pack_panel(codes, bytes_.data() + p * panel_bytes_);
+    }
+  }
+
+  /// Rows [first, first + n) of a q8/q4 weight in their stored form (for writing a checkpoint).
+  StoredRows stored_rows(Index first, Index n) const {
+    RETNET_REQUIRE(is_block_quantised(type_), "LinearWeight: stored codes are q8 or q4");
+    RETNET_REQUIRE(first >= 0 && n >= 0 && first + n <= rows_, "LinearWeight: rows out of range");
+    StoredRows out, part;
+    out.resize(type_, n, cols_);
+    const Index row_bytes = code_bytes(type_, cols_), blocks = quant_blocks(cols_);
+    for (Index r = first; r < first + n;) {
+      const Index in_panel = std::min(first + n, (r / kPanelRows + 1) * kPanelRows) - r;
+      part.resize(type_, in_panel, cols_);
+      detail::unpack_panel_codes(bytes_.data() + r / kPanelRows * panel_bytes_, r % kPanelRows,
+                                 part);
+      std::copy(part.codes.begin(), part.codes.end(), out.codes.begin() + (r - first) * row_bytes);
+      std::copy(part.scales.begin(), part.scales.end(), out.scales.begin() + (r - first) * blocks);
+      std::copy(part.minimums.begin(), part.minimums.end(),
+                out.minimums.begin() + (r - first) * blocks);
+      r += in_panel;
+    }
+    return out;
+  }
+
+  WeightType type() const { return type_; }
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }
   Index size() const { return rows_ * cols_; }
   Index panels() const { return (rows_ + kPanelRows - 1) / kPanelRows; }
-  const Scalar* panel(Index p) const { return data_.data() + p * kPanelRows * cols_; }
+  /// Bytes of W's rows as held (codes and scales for q8/q4): what a product reads, without the
+  /// zero rows that pad the last panel.
+  size_t stored_bytes() const { return static_cast<size_t>(rows_ * (panel_bytes_ / kPanelRows)); }
 
-  /// out[q] = W[r, q] for q < cols (a row of a tied embedding).
+  /// Panel p's rows [q0, q0 + depth) as Scalars, [depth][kPanelRows]: the panel itself for kF32,
+  /// else decoded into `scratch` (room for depth·kPanelRows values); q0 is a multiple of 32.
+  const Scalar* tile(Index p, Index q0, Index depth, Scalar* scratch) const {
+    const uint8_t* panel = bytes_.data() + p * panel_bytes_;
+    if (type_ == WeightType::kF32) return reinterpret_cast<const Scalar*>(panel) + q0 * kPanelRows;
+    detail::unpack_tile(type_, panel, q0, depth, scratch);
+    return scratch;
+  }
+
+  /// out[q] = W[r, q] for q < cols (a row of an embedding).
   void copy_row(Index r, Scalar* out) const {
     RETNET_REQUIRE(r >= 0 && r < rows_, "LinearWeight: row out of range");
-    const Scalar* p = panel(r / kPanelRows) + r % kPanelRows;
-    for (Index q = 0; q < cols_; ++q) out[q] = p[q * kPanelRows];
+    Scalar scratch[kQuantBlock * kPanelRows];
+    for (Index q0 = 0; q0 < cols_; q0 += kQuantBlock) {
+      const Index depth = std::min(kQuantBlock, cols_ - q0);
+      const Scalar* t = tile(r / kPanelRows, q0, depth, scratch) + r % kPanelRows;
+      for (Index q = 0; q < depth; ++q) out[q0 + q] = t[q * kPanelRows];
+    }
+  }
+
+  /// W[r, q].
+  Scalar at(Index r, Index q) const {
+    RETNET_REQUIRE(r >= 0 && r < rows_ && q >= 0 && q < cols_, "LinearWeight: out of range");
+    Scalar scratch[kQuantBlock * kPanelRows];
+    const Index q0 = q / kQuantBlock * kQuantBlock;
+    return tile(r / kPanelRows, q0, std::min(kQuantBlock, cols_ - q0),
+                scratch)[(q - q0) * kPanelRows + r % kPanelRows];
   }
 
   Matrix<Scalar> to_matrix() const {
     Matrix<Scalar> w(rows_, cols_);
-    for (Index r = 0; r < rows_; ++r) copy_row(r, w.row(r).data());
+    std::vector<Scalar> row(static_cast<size_t>(cols_));
+    for (Index r = 0; r < rows_; ++r) {
+      copy_row(r, row.data());
+      w.row(r) = Eigen::Map<const RowVector<Scalar>>(row.data(), cols_);
+    }
     return w;
   }
 
  private:
-  Index rows_ = 0, cols_ = 0;
-  Vector<Scalar> data_;
+  WeightType type_ = WeightType::kF32;
+  Index rows_ = 0, cols_ = 0, panel_bytes_ = 0;
+  std::vector<uint8_t, Eigen::aligned_allocator<uint8_t>> bytes_;
 };
 
 namespace detail {
@@ -100,44 +197,36 @@ struct PanelKernel {
   static constexpr int kRows = kPackets >= 24 ? 1 : 24 / kPackets;
 
   /// y[i, c] (+)= Σ_{q < k} x[i, q] · panel[q, c] for i < MR, c < cols (<= kWidth): each step
-  /// loads one panel row and broadcasts MR values of x against it.
+  /// loads one panel row and broadcasts MR values of x against it. Every row is one chain of
+  /// multiply-adds in q order, whatever MR is, so a row's result never depends on the other rows
+  /// of x (a server's batch relies on it). Three chains per row (one per packet) keep enough
+  /// multiply-adds in flight at MR = 1, where reading W, not the adds, sets the pace.
   template <int MR>
   static void block(const Scalar* x, Index xs, const Scalar* panel, Index k, Scalar* y, Index ys,
                     Index cols, bool accumulate) {
     namespace ei = Eigen::internal;
-    // Few rows give too few independent sums to hide the multiply-add latency: then S
-    // interleaved steps of q keep sums of their own, added at the end.
-    constexpr int S = MR >= 4 ? 1 : 4 / MR;
-    Packet acc[S][MR][kPackets];
-    for (auto& split : acc)
-      for (auto& row : split)
-        for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
-    const auto step = [&](int s, Index q, const Scalar* panel_row) {
+    Packet acc[MR][kPackets];
+    for (auto& row : acc)
+      for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
+    for (Index q = 0; q < k; ++q, panel += kWidth) {
       Packet w[kPackets];
-      for (int j = 0; j < kPackets; ++j) w[j] = ei::ploadu<Packet>(panel_row + j * kLanes);
+      for (int j = 0; j < kPackets; ++j) w[j] = ei::ploadu<Packet>(panel + j * kLanes);
       for (int i = 0; i < MR; ++i) {
         const Packet xb = ei::pset1<Packet>(x[i * xs + q]);
-        for (int j = 0; j < kPackets; ++j) acc[s][i][j] = ei::pmadd(xb, w[j], acc[s][i][j]);
+        for (int j = 0; j < kPackets; ++j) acc[i][j] = ei::pmadd(xb, w[j], acc[i][j]);
       }
-    };
-    Index q = 0;
-    for (; q + S <= k; q += S, panel += S * kWidth)
-      for (int s = 0; s < S; ++s) step(s, q + s, panel + s * kWidth);
-    for (; q < k; ++q, panel += kWidth) step(0, q, panel);
-    for (int s = 1; s < S; ++s)
-      for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < kPackets; ++j) acc[0][i][j] = ei::padd(acc[0][i][j], acc[s][i][j]);
+    }
     for (int i = 0; i < MR; ++i) {
       Scalar* yi = y + i * ys;
       if (cols == kWidth) {
         for (int j = 0; j < kPackets; ++j) {
-          Packet v = acc[0][i][j];
+          Packet v = acc[i][j];
           if (accumulate) v = ei::padd(v, ei::ploadu<Packet>(yi + j * kLanes));
           ei::pstoreu(yi + j * kLanes, v);
         }
       } else {  // the zero-padded last panel: keep the valid columns
         Scalar out[kWidth];
-        for (int j = 0; j < kPackets; ++j) ei::pstoreu(out + j * kLanes, acc[0][i][j]);
+        for (int j = 0; j < kPackets; ++j) ei::pstoreu(out + j * kLanes, acc[i][j]);
         for (Index c = 0; c < cols; ++c) yi[c] = accumulate ? yi[c] + out[c] : out[c];
       }
     }
@@ -158,30 +247,32 @@ struct PanelKernel {
 
 /// Columns [kWidth·first_panel, kWidth·end_panel) of y = x Wᵀ on the calling thread.
 ///
-/// Few rows (decoding, m <= 2 blocks): each panel is read once, front to back, for all rows.
-/// Many rows (prompts), blocked as a GEMM is: kDepth values of q at a time, so that the panel's
-/// [kDepth][48] slice (24 KiB for float) stays in L1 while blocks of kRowBlock rows of x (128
-/// KiB, in L2) pass it; partial sums accumulate in y.
+/// Sums run kDepth values of q at a time, each depth slice's sum added to y: the panel's
+/// [kDepth][48] slice (24 KiB for float) stays in L1 while blocks of kRowBlock rows of x (128 KiB,
+/// in L2) pass it, as a GEMM is blocked. Few rows (decoding) take each panel's slices in turn, so
+/// W is read front to back once; many rows (prompts) take each slice across all panels. Either
+/// way a row's sum is the same chain, so y's rows do not depend on how many rows x has.
 template <typename Scalar>
 void panel_product(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w, Scalar* y, Index ys,
                    Index first_panel, Index end_panel) {
   using Kernel = PanelKernel<Scalar>;
   constexpr Index kWidth = Kernel::kWidth, kDepth = 128, kRowBlock = 256;
   const Index m = x.rows(), k = x.cols(), n = w.rows();
-  const bool few_rows = m <= 2 * Kernel::kRows;
-  const Index depth_step = few_rows ? std::max<Index>(k, 1) : kDepth;
-  const Index row_step = few_rows ? std::max<Index>(m, 1) : kRowBlock;
-  for (Index q0 = 0; q0 < k; q0 += depth_step) {
-    const Index depth = std::min(depth_step, k - q0);
-    for (Index i0 = 0; i0 < m; i0 += row_step) {
-      const Index rows = std::min(row_step, m - i0);
-      for (Index p = first_panel; p < end_panel; ++p) {
-        const Index c0 = p * kWidth;
-        Kernel::template rows<Kernel::kRows>(x.data() + i0 * k + q0, k, rows,
-                                             w.panel(p) + q0 * kWidth, depth, y + i0 * ys + c0, ys,
-                                             std::min(kWidth, n - c0), q0 > 0);
-      }
-    }
+  alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of a bf16, q8 or q4 panel
+  const auto slice = [&](Index p, Index q0, Index i0, Index rows) {
+    const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0);
+    Kernel::template rows<Kernel::kRows>(x.data() + i0 * k + q0, k, rows,
+                                         w.tile(p, q0, depth, scratch), depth, y + i0 * ys + c0, ys,
+                                         std::min(kWidth, n - c0), q0 > 0);
+  };
+  if (m <= 2 * Kernel::kRows) {
+    for (Index p = first_panel; p < end_panel; ++p)
+      for (Index q0 = 0; q0 < k; q0 += kDepth) slice(p, q0, 0, m);
+  } else {
+    for (Index q0 = 0; q0 < k; q0 += kDepth)
+      for (Index i0 = 0; i0 < m; i0 += kRowBlock)
+        for (Index p = first_panel; p < end_panel; ++p)
+          slice(p, q0, i0, std::min(kRowBlock, m - i0));
   }
   if (k == 0)  // no products to accumulate: y is zero
     for (Index i = 0; i < m; ++i)

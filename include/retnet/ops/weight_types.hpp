@@ -1,0 +1,263 @@
+// The types a linear map's weights can be stored in: the model's own scalar type ("f32"),
+// bfloat16, and two block formats, q8 and q4, that quantise each run of 32 values along a row of
+// W (the input dimension) against a binary16 scale:
+//   q8: w = scale · n, n an int8 in [-127, 127], scale = max|w| / 127;
+//   q4: w = scale · n + minimum, n in [0, 15], scale = (max w - min w) / 15, minimum = min w.
+// Activations, norms and the retention state stay in the scalar type: weights are dequantised a
+// tile at a time inside the products (ops/linear.hpp) and never as a whole.
+//
+// A q8/q4 weight has two forms, both defined here:
+//  - stored (StoredRows): row-major, as a converted checkpoint holds it (docs/FORMATS.md,
+//    "Quantised weights"): codes [rows][code_bytes(cols)] (q4: byte j holds the values 2j in its
+//    low and 2j + 1 in its high four bits), scales and minimums [rows][blocks(cols)];
+//  - panels (LinearWeight's): per panel of 48 rows and per block of 32 columns, the block's
+//    codes transposed ([32][48] bytes for q8; [16][48] for q4, byte (j, r) holding columns 2j and
+//    2j + 1 of row r), then its 48 scales (and 48 minimums), so a product reads one stream.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+#include "retnet/core/float_formats.hpp"
+#include "retnet/core/tensor.hpp"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "quantised weights are read and written little-endian, as safetensors stores them");
+
+namespace retnet {
+
+enum class WeightType { kF32, kBF16, kQ8, kQ4 };
+
+/// "f32", "bf16", "q8" or "q4": the names of --weights and of converted checkpoints.
+inline const char* weight_type_name(WeightType type) {
+  switch (type) {
+    case WeightType::kF32:
+      return "f32";
+    case WeightType::kBF16:
+      return "bf16";
+    case WeightType::kQ8:
+      return "q8";
+    case WeightType::kQ4:
+      return "q4";
+  }
+  return "?";
+}
+
+/// The type named `name`; InvalidArgument naming the choices otherwise.
+inline WeightType parse_weight_type(const std::string& name) {
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kQ8, WeightType::kQ4})
+    if (name == weight_type_name(t)) return t;
+  throw InvalidArgument("unknown weight type '" + name.substr(0, 32) +
+                        "' (expected f32, bf16, q8 or q4)");
+}
+
+inline bool is_block_quantised(WeightType type) {
+  return type == WeightType::kQ8 || type == WeightType::kQ4;
+}
+
+/// Values of a row that share one scale.
+constexpr Index kQuantBlock = 32;
+
+inline Index quant_blocks(Index cols) {
+  return (cols + kQuantBlock - 1) / kQuantBlock;
+}
+
+/// Bytes of one stored row of codes: cols int8 values (q8) or ⌈cols / 2⌉ bytes (q4).
+inline Index code_bytes(WeightType type, Index cols) {
+  return type == WeightType::kQ4 ? (cols + 1) / 2 : cols;
+}
+
+/// Rows [first, first + rows) of a q8 or q4 weight in their stored, row-major form.
+struct StoredRows {
+  WeightType type = WeightType::kQ8;
+  Index rows = 0, cols = 0;
+  std::vector<uint8_t> codes;      // [rows][code_bytes(type, cols)]
+  std::vector<uint16_t> scales;    // [rows][quant_blocks(cols)], binary16
+  std::vector<uint16_t> minimums;  // [rows][quant_blocks(cols)], binary16; q4 only
+
+  void resize(WeightType t, Index r, Index c) {
+    type = t, rows = r, cols = c;
+    codes.assign(static_cast<size_t>(r * code_bytes(t, c)), 0);
+    scales.assign(static_cast<size_t>(r * quant_blocks(c)), 0);
+    minimums.assign(t == WeightType::kQ4 ? static_cast<size_t>(r * quant_blocks(c)) : 0, 0);
+  }
+  /// Code of value (r, c): the int8 of q8 (as its byte) or the four bits of q4.
+  int code(Index r, Index c) const {
+    const uint8_t* row = codes.data() + r * code_bytes(type, cols);
+    if (type == WeightType::kQ8) return static_cast<int8_t>(row[c]);
+    return (row[c / 2] >> (4 * (c % 2))) & 0xf;
+  }
+  void set_code(Index r, Index c, int value) {
+    uint8_t* row = codes.data() + r * code_bytes(type, cols);
+    if (type == WeightType::kQ8) {
+      row[c] = static_cast<uint8_t>(static_cast<int8_t>(value));
+    } else {
+      const int shift = 4 * static_cast<int>(c % 2);
+      row[c / 2] = static_cast<uint8_t>((row[c / 2] & ~(0xf << shift)) | (value << shift));
+    }
+  }
+};
+
+/// Quantises `rows` rows of `cols` values (row-major, float) into `out`, resized. Throws
+/// InvalidArgument when a block's scale or minimum is beyond binary16's range (|w| > 8.3e6 for
+/// q8, 65504 for q4): no trained weight is, so it names a damaged tensor.
+inline void quantize_rows(WeightType type, const float* values, Index rows, Index cols,
+                          StoredRows& out) {
+  RETNET_REQUIRE(is_block_quantised(type), "quantize_rows: q8 or q4 only");
+  out.resize(type, rows, cols);
+  const Index blocks = quant_blocks(cols);
+  for (Index r = 0; r < rows; ++r) {
+    const float* w = values + r * cols;
+    for (Index b = 0; b < blocks; ++b) {
+      const Index c0 = b * kQuantBlock, c1 = std::min(cols, c0 + kQuantBlock);
+      float lo = w[c0], hi = w[c0], amax = 0;
+      for (Index c = c0; c < c1; ++c) {
+        lo = std::min(lo, w[c]), hi = std::max(hi, w[c]);
+        amax = std::max(amax, std::abs(w[c]));
+      }
+      const uint16_t scale = float_to_half(type == WeightType::kQ8 ? amax / 127 : (hi - lo) / 15);
+      const uint16_t minimum = float_to_half(lo);
+      const float s = half_to_float(scale), m = half_to_float(minimum);
+      if (!std::isfinite(s) || (type == WeightType::kQ4 && !std::isfinite(m)))
+        throw InvalidArgument(std::string(weight_type_name(type)) + ": values up to " +
+                              std::to_string(amax) + " in a block are beyond a binary16 scale");
+      out.scales[r * blocks + b] = scale;
+      if (type == WeightType::kQ4) out.minimums[r * blocks + b] = minimum;
+      for (Index c = c0; c < c1; ++c) {
+        int n = 0;
+        if (s > 0) {
+          const float level = std::nearbyint(type == WeightType::kQ8 ? w[c] / s : (w[c] - m) / s);
+          n = type == WeightType::kQ8 ? static_cast<int>(std::clamp(level, -127.f, 127.f))
+                                      : static_cast<int>(std::clamp(level, 0.f, 15.f));
+        }
+        out.set_code(r, c, n);
+      }
+    }
+  }
+}
+
+namespace detail {
+
+/// Panel geometry of a weight type: see the file comment.
+struct PanelFormat {
+  static constexpr Index kWidth = 48;  // rows of W per panel (LinearWeight::kPanelRows)
+
+  static Index block_bytes(WeightType type) {
+    return type == WeightType::kQ8 ? kQuantBlock * kWidth + 2 * kWidth
+                                   : kQuantBlock / 2 * kWidth + 4 * kWidth;
+  }
+  /// Bytes of one panel of `cols` columns for `type`, whose full-precision scalar is
+  /// `scalar_bytes` wide.
+  static Index panel_bytes(WeightType type, Index cols, Index scalar_bytes) {
+    switch (type) {
+      case WeightType::kF32:
+        return cols * kWidth * scalar_bytes;
+      case WeightType::kBF16:
+        return cols * kWidth * 2;
+      default:
+        return quant_blocks(cols) * block_bytes(type);
+    }
+  }
+};
+
+/// Writes rows [0, src.rows) of `src` (<= 48 rows) into a q8/q4 panel (zeroed beforehand, so the
+/// missing rows and columns stay zero).
+inline void pack_panel(const StoredRows& src, uint8_t* panel) {
+  constexpr Index kWidth = PanelFormat::kWidth;
+  const WeightType type = src.type;
+  const Index blocks = quant_blocks(src.cols), block_bytes = PanelFormat::block_bytes(type);
+  for (Index b = 0; b < blocks; ++b) {
+    uint8_t* block = panel + b * block_bytes;
+    const Index c0 = b * kQuantBlock, c1 = std::min(src.cols, c0 + kQuantBlock);
+    const Index code_area =
+        type == WeightType::kQ8 ? kQuantBlock * kWidth : kQuantBlock / 2 * kWidth;
+    auto* scales = reinterpret_cast<uint16_t*>(block + code_area);
+    for (Index r = 0; r < src.rows; ++r) {
+      scales[r] = src.scales[r * blocks + b];
+      if (type == WeightType::kQ4) scales[kWidth + r] = src.minimums[r * blocks + b];
+      for (Index c = c0; c < c1; ++c) {
+        const Index q = c - c0;
+        if (type == WeightType::kQ8)
+          block[q * kWidth + r] = static_cast<uint8_t>(static_cast<int8_t>(src.code(r, c)));
+        else
+          block[(q / 2) * kWidth + r] |= static_cast<uint8_t>(src.code(r, c) << (4 * (q % 2)));
+      }
+    }
+  }
+}
+
+/// The inverse of pack_panel for rows [first, first + out.rows) of the panel (out already resized).
+inline void unpack_panel_codes(const uint8_t* panel, Index first, StoredRows& out) {
+  constexpr Index kWidth = PanelFormat::kWidth;
+  const WeightType type = out.type;
+  const Index blocks = quant_blocks(out.cols), block_bytes = PanelFormat::block_bytes(type);
+  for (Index b = 0; b < blocks; ++b) {
+    const uint8_t* block = panel + b * block_bytes;
+    const Index c0 = b * kQuantBlock, c1 = std::min(out.cols, c0 + kQuantBlock);
+    const Index code_area =
+        type == WeightType::kQ8 ? kQuantBlock * kWidth : kQuantBlock / 2 * kWidth;
+    const auto* scales = reinterpret_cast<const uint16_t*>(block + code_area);
+    for (Index r = 0; r < out.rows; ++r) {
+      const Index pr = first + r;
+      out.scales[r * blocks + b] = scales[pr];
+      if (type == WeightType::kQ4) out.minimums[r * blocks + b] = scales[kWidth + pr];
+      for (Index c = c0; c < c1; ++c) {
+        const Index q = c - c0;
+        out.set_code(r, c,
+                     type == WeightType::kQ8
+                         ? static_cast<int8_t>(block[q * kWidth + pr])
+                         : (block[(q / 2) * kWidth + pr] >> (4 * (q % 2))) & 0xf);
+      }
+    }
+  }
+}
+
+/// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16, q8
+/// or q4 panel; q0 is a multiple of kQuantBlock. The one place these types turn into Scalars,
+/// written as plain loops over the 48 rows that the compiler turns into SIMD code.
+template <typename Scalar>
+void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, Scalar* tile) {
+  constexpr Index kWidth = PanelFormat::kWidth;
+  if (type == WeightType::kBF16) {
+    const auto* src = reinterpret_cast<const uint16_t*>(panel) + q0 * kWidth;
+    for (Index i = 0; i < depth * kWidth; ++i)
+      tile[i] = static_cast<Scalar>(bits_to_float(static_cast<uint32_t>(src[i]) << 16));
+    return;
+  }
+  const Index block_bytes = PanelFormat::block_bytes(type);
+  for (Index done = 0; done < depth; done += kQuantBlock) {
+    const uint8_t* block = panel + (q0 + done) / kQuantBlock * block_bytes;
+    const Index n = std::min(kQuantBlock, depth - done);
+    Scalar* out = tile + done * kWidth;
+    float scale[kWidth], minimum[kWidth];
+    if (type == WeightType::kQ8) {
+      halves_to_floats(reinterpret_cast<const uint16_t*>(block + kQuantBlock * kWidth), scale,
+                       kWidth);
+      const auto* codes = reinterpret_cast<const int8_t*>(block);
+      for (Index q = 0; q < n; ++q)
+        for (Index r = 0; r < kWidth; ++r)
+          out[q * kWidth + r] = static_cast<Scalar>(scale[r] * float(codes[q * kWidth + r]));
+    } else {
+      const auto* halves = reinterpret_cast<const uint16_t*>(block + kQuantBlock / 2 * kWidth);
+      halves_to_floats(halves, scale, kWidth);
+      halves_to_floats(halves + kWidth, minimum, kWidth);
+      for (Index j = 0; 2 * j < n; ++j) {
+        const uint8_t* pair = block + j * kWidth;
+        for (Index r = 0; r < kWidth; ++r)
+          out[2 * j * kWidth + r] =
+              static_cast<Scalar>(scale[r] * float(pair[r] & 0xf) + minimum[r]);
+        if (2 * j + 1 < n)
+          for (Index r = 0; r < kWidth; ++r)
+            out[(2 * j + 1) * kWidth + r] =
+                static_cast<Scalar>(scale[r] * float(pair[r] >> 4) + minimum[r]);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace retnet

@@ -1,0 +1,322 @@
+// ops/weight_types.hpp and the typed LinearWeight: bf16, q8 and q4 weights against a reference
+// written here from the formats' definitions (docs/FORMATS.md, "Quantised weights"), and the
+// products over them against plain loops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <retnet/io/npy.hpp>
+#include <retnet/retnet.hpp>
+
+#include "retention_reference.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+using retnet::Index;
+using retnet::LinearWeight;
+using retnet::Matrix;
+using retnet::StoredRows;
+using retnet::WeightType;
+
+Matrix<float> random_matrix(Index rows, Index cols, std::mt19937& rng, double scale = 1.0) {
+  std::normal_distribution<double> normal(0.0, scale);
+  Matrix<float> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = float(normal(rng));
+  return m;
+}
+
+float to_half_and_back(float v) {
+  return retnet::half_to_float(retnet::float_to_half(v));
+}
+
+// The definition, value by value: blocks of 32 along each row; q8: scale = max|w| / 127 rounded
+// to binary16, n = round(w / scale) in [-127, 127]; q4: scale = (max - min) / 15 and minimum =
+// min, both rounded to binary16, n = round((w - minimum) / scale) in [0, 15].
+Matrix<double> reference_dequantised(const Matrix<float>& w, WeightType type) {
+  Matrix<double> out(w.rows(), w.cols());
+  for (Index r = 0; r < w.rows(); ++r)
+    for (Index c0 = 0; c0 < w.cols(); c0 += 32) {
+      const Index c1 = std::min<Index>(w.cols(), c0 + 32);
+      float lo = w(r, c0), hi = w(r, c0), amax = 0;
+      for (Index c = c0; c < c1; ++c) {
+        lo = std::min(lo, w(r, c)), hi = std::max(hi, w(r, c));
+        amax = std::max(amax, std::abs(w(r, c)));
+      }
+      for (Index c = c0; c < c1; ++c) {
+        if (type == WeightType::kBF16) {
+          out(r, c) = retnet::bf16_to_float(retnet::float_to_bf16(w(r, c)));
+        } else if (type == WeightType::kQ8) {
+          const float s = to_half_and_back(amax / 127);
+          const float n = s > 0 ? std::clamp(std::nearbyint(w(r, c) / s), -127.f, 127.f) : 0.f;
+          out(r, c) = double(s) * n;
+        } else {
+          const float s = to_half_and_back((hi - lo) / 15), m = to_half_and_back(lo);
+          const float n = s > 0 ? std::clamp(std::nearbyint((w(r, c) - m) / s), 0.f, 15.f) : 0.f;
+          out(r, c) = double(s) * n + m;
+        }
+      }
+    }
+  return out;
+}
+
+constexpr WeightType kTypes[] = {WeightType::kBF16, WeightType::kQ8, WeightType::kQ4};
+
+TEST(WeightTypes, DecodedValuesFollowTheDefinition) {
+  std::mt19937 rng(1);
+  // Shapes off every boundary: rows past a panel (48), columns past a block (32), odd for q4.
+  for (auto [rows, cols] :
+       {std::pair<Index, Index>{1, 1}, {5, 31}, {48, 32}, {50, 33}, {97, 100}, {3, 257}}) {
+    const Matrix<float> w = random_matrix(rows, cols, rng);
+    for (WeightType type : kTypes) {
+      const Matrix<double> want = reference_dequantised(w, type);
+      const Matrix<float> got = LinearWeight<float>(w, type).to_matrix();
+      for (Index r = 0; r < rows; ++r)
+        for (Index c = 0; c < cols; ++c)  // q4's scale·n + minimum may be one fused add
+          ASSERT_NEAR(got(r, c), want(r, c), 1e-6 * (std::abs(want(r, c)) + 1))
+              << retnet::weight_type_name(type) << " " << rows << "x" << cols << " at " << r << ","
+              << c;
+    }
+  }
+}
+
+TEST(WeightTypes, ErrorsAreWithinHalfAStep) {
+  std::mt19937 rng(2);
+  const Matrix<float> w = random_matrix(60, 96, rng);
+  for (WeightType type : kTypes) {
+    const Matrix<float> got = LinearWeight<float>(w, type).to_matrix();
+    for (Index r = 0; r < w.rows(); ++r)
+      for (Index c0 = 0; c0 < w.cols(); c0 += 32) {
+        const auto block = w.row(r).segment(c0, 32);
+        const double amax = block.cwiseAbs().maxCoeff(),
+                     range = block.maxCoeff() - block.minCoeff();
+        for (Index c = c0; c < c0 + 32; ++c) {
+          const double err = std::abs(double(got(r, c)) - w(r, c));
+          // Half a step, plus binary16's rounding of the scale (and minimum) times the code.
+          const double bound = type == WeightType::kBF16 ? std::abs(w(r, c)) * 0x1p-8
+                               : type == WeightType::kQ8 ? amax / 254 + amax * 0x1p-10
+                                                         : range / 30 + 3 * amax * 0x1p-10;
+          ASSERT_LE(err, bound) << retnet::weight_type_name(type) << " at " << r << "," << c;
+        }
+      }
+  }
+}
+
+TEST(WeightTypes, ProductsMatchLoopsOverTheDecodedWeights) {
+  std::mt19937 rng(3);
+  for (WeightType type : kTypes) {
+    const Matrix<float> w = random_matrix(101, 300, rng);
+    const LinearWeight<float> packed(w, type);
+    const Matrix<double> decoded = packed.to_matrix().cast<double>();
+    for (Index rows : {1, 2, 3, 8, 17, 40, 300}) {
+      const Matrix<float> x = random_matrix(rows, 300, rng);
+      Matrix<float> y;
+      retnet::linear(x, packed, y);
+      const Matrix<double> want = x.cast<double>() * decoded.transpose();
+      const double tolerance = 1e-5 * std::sqrt(300.0);
+      ASSERT_LE((y.cast<double>() - want).cwiseAbs().maxCoeff(), tolerance)
+          << retnet::weight_type_name(type) << ", " << rows << " rows";
+      // A row's result does not depend on the other rows, in every type.
+      Matrix<float> one;
+      retnet::linear(Matrix<float>(x.row(rows - 1)), packed, one);
+      ASSERT_EQ(one.row(0), y.row(rows - 1)) << retnet::weight_type_name(type);
+    }
+  }
+}
+
+TEST(WeightTypes, StoredRowsRoundTripThroughThePanels) {
+  std::mt19937 rng(4);
+  const Matrix<float> w = random_matrix(100, 45, rng);
+  for (WeightType type : {WeightType::kQ8, WeightType::kQ4}) {
+    const LinearWeight<float> a(w, type);
+    const StoredRows all = a.stored_rows(0, a.rows());
+    // The stored form is quantize_rows' output for the same values.
+    StoredRows direct;
+    retnet::quantize_rows(type, w.data(), w.rows(), w.cols(), direct);
+    EXPECT_EQ(all.codes, direct.codes);
+    EXPECT_EQ(all.scales, direct.scales);
+    EXPECT_EQ(all.minimums, direct.minimums);
+    // A part read across a panel boundary agrees with the whole.
+    const StoredRows part = a.stored_rows(40, 20);
+    for (Index r = 0; r < 20; ++r)
+      for (Index c = 0; c < 45; ++c) ASSERT_EQ(part.code(r, c), all.code(40 + r, c));
+    LinearWeight<float> b;
+    b.assign_stored(100, 45, type, [&](Index first, Index n, StoredRows& out) {
+      for (Index r = 0; r < n; ++r)
+        for (Index c = 0; c < 45; ++c) out.set_code(r, c, all.code(first + r, c));
+      for (Index i = 0; i < n * retnet::quant_blocks(45); ++i) {
+        out.scales[i] = all.scales[first * retnet::quant_blocks(45) + i];
+        if (type == WeightType::kQ4)
+          out.minimums[i] = all.minimums[first * retnet::quant_blocks(45) + i];
+      }
+    });
+    EXPECT_EQ(b.to_matrix(), a.to_matrix());
+  }
+}
+
+TEST(WeightTypes, HoldTheirStoredBytesOnly) {
+  // 96 rows = 2 panels; 64 columns = 2 blocks.
+  const Matrix<float> w = Matrix<float>::Ones(96, 64);
+  EXPECT_EQ(LinearWeight<float>(w).stored_bytes(), 96u * 64 * 4);
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kBF16).stored_bytes(), 96u * 64 * 2);
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ8).stored_bytes(), 2u * 2 * (32 * 48 + 2 * 48));
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).stored_bytes(), 2u * 2 * (16 * 48 + 4 * 48));
+  EXPECT_EQ(LinearWeight<float>::bytes_for(96, 64, WeightType::kQ4), 2.0 * 2 * (16 * 48 + 4 * 48));
+}
+
+TEST(WeightTypes, RefuseValuesBeyondABinary16Scale) {
+  Matrix<float> w = Matrix<float>::Ones(2, 40);
+  w(1, 35) = 1e7f;  // max / 127 > 65504
+  EXPECT_THROW(LinearWeight<float>(w, WeightType::kQ8), retnet::InvalidArgument);
+  w(1, 35) = -1e5f;  // a minimum beyond binary16
+  EXPECT_THROW(LinearWeight<float>(w, WeightType::kQ4), retnet::InvalidArgument);
+  EXPECT_THROW(retnet::parse_weight_type("q5"), retnet::InvalidArgument);
+  EXPECT_EQ(retnet::parse_weight_type("q4"), WeightType::kQ4);
+  // Double models keep full precision only.
+  EXPECT_THROW(LinearWeight<double>(Matrix<double>::Ones(2, 2), WeightType::kQ8),
+               retnet::InvalidArgument);
+}
+
+TEST(WeightTypes, AConstantBlockIsExact) {
+  // A zero range gives scale 0: every code decodes to the minimum (q4) or zero (q8).
+  Matrix<float> w = Matrix<float>::Constant(3, 32, 0.25f);
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).to_matrix(), w);
+  w.setZero();
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ8).to_matrix(), w);
+}
+
+// ---------------------------------------------------------------- whole models
+
+using retnet::Form;
+using retnet::LoadOptions;
+using retnet::ModelConfig;
+using retnet::ModelWeights;
+using retnet::RetNetModel;
+using retnet::TokenMatrix;
+
+const std::string kData = RETNET_TEST_DATA_DIR;
+
+TokenMatrix fixture_tokens(const std::string& dir) {
+  const auto a = retnet::load_npy(dir + "/tokens.npy");
+  const auto ids = a.as<int32_t>();
+  return Eigen::Map<const TokenMatrix>(ids.data(), a.shape[0], a.shape[1]);
+}
+
+TEST(QuantisedModels, SavedFoldersLoadToTheSameModel) {
+  // A converted folder holds the codes themselves: loading it gives the model that converting at
+  // load time gives, bit for bit, in every form; and the f32 folder asked for as `type` is the
+  // same model too.
+  for (const char* fixture : {"torchscale-tiny", "fla-tiny"}) {
+    const std::string source = kData + "/" + fixture;
+    const TokenMatrix tokens = fixture_tokens(source);
+    for (WeightType type : kTypes) {
+      const auto converted = retnet::load_model<float>(source, LoadOptions{type});
+      EXPECT_EQ(converted.config().weights, type);
+      retnet::testing::TempDir dir;
+      retnet::save_model(dir.str(), converted.config(), converted.weights());
+      const auto loaded = retnet::load_model<float>(dir.str());  // its own type by default
+      ASSERT_EQ(loaded.config().weights, type) << fixture;
+      EXPECT_EQ(loaded.weights().size_bytes(loaded.config()),
+                converted.weights().size_bytes(converted.config()));
+      for (Form form : {Form::kParallel, Form::kChunkwise, Form::kRecurrent})
+        ASSERT_EQ(loaded.forward(tokens, form), converted.forward(tokens, form))
+            << fixture << " " << retnet::weight_type_name(type) << " " << retnet::form_name(form);
+      // The stored folder can be read back in full precision as well: its decoded values.
+      const auto widened = retnet::load_model<float>(dir.str(), LoadOptions{WeightType::kF32});
+      EXPECT_EQ(widened.weights().output.to_matrix(), converted.weights().output.to_matrix());
+    }
+  }
+}
+
+TEST(QuantisedModels, LogitsStayCloseToTheFixtures) {
+  // Relative logit error against the fixtures' float32 logits from each project's own code,
+  // printed (docs/PERFORMANCE.md quotes them). The fixtures are random, untrained models (fla's
+  // weights ~ N(0, 0.02)), the worst case for rounding, so the bounds, about twice the measured
+  // errors, only catch a broken type; QuantisedModels.AreTheF32ModelOfTheirDecodedWeights holds
+  // the arithmetic exactly.
+  struct Case {
+    const char* fixture;
+    double bound[3];  // bf16, q8, q4
+  };
+  for (const Case& c :
+       {Case{"torchscale-tiny", {0.015, 0.04, 0.5}}, Case{"fla-tiny", {0.04, 0.07, 1.2}}}) {
+    const std::string dir = kData + "/" + c.fixture;
+    const auto a = retnet::load_npy(dir + "/logits.npy");
+    const auto v = a.as<double>();
+    const Matrix<double> expected =
+        Eigen::Map<const Matrix<double>>(v.data(), a.shape[0] * a.shape[1], a.shape[2]);
+    const TokenMatrix tokens = fixture_tokens(dir);
+    const auto f32 = retnet::load_model<float>(dir);
+    const double f32_error = retnet::testing::relative_error(f32.forward(tokens, Form::kParallel),
+                                                             expected.cast<float>());
+    EXPECT_LE(f32_error, 1e-5);
+    for (int i = 0; i < 3; ++i) {
+      const auto model = retnet::load_model<float>(dir, LoadOptions{kTypes[i]});
+      const double error = retnet::testing::relative_error(model.forward(tokens, Form::kParallel),
+                                                           expected.cast<float>());
+      std::printf("%s %s: relative logit error %.3g\n", c.fixture,
+                  retnet::weight_type_name(kTypes[i]), error);
+      EXPECT_LE(error, c.bound[i]) << c.fixture << " " << retnet::weight_type_name(kTypes[i]);
+      EXPECT_GT(error, f32_error) << "a rounded model cannot beat full precision here";
+    }
+  }
+}
+
+TEST(QuantisedModels, AreTheF32ModelOfTheirDecodedWeights) {
+  // A bf16/q8/q4 model computes what the f32 model computes with each linear map replaced by the
+  // definition's decoded values (reference_dequantised, written above from the format alone).
+  for (const char* fixture : {"torchscale-tiny", "fla-tiny"}) {
+    const std::string dir = kData + "/" + fixture;
+    const TokenMatrix tokens = fixture_tokens(dir);
+    const auto f32 = retnet::load_model<float>(dir);
+    for (WeightType type : kTypes) {
+      ModelWeights<float> decoded = f32.weights();
+      decoded.visit(f32.config(), [&](const std::string&, auto& t, const std::vector<int64_t>&) {
+        if constexpr (retnet::is_linear_weight<std::decay_t<decltype(t)>>::value)
+          t = std::decay_t<decltype(t)>(
+              Matrix<float>(reference_dequantised(t.to_matrix(), type).template cast<float>()));
+      });
+      const RetNetModel<float> reference(f32.config(), std::move(decoded));
+      const auto model = retnet::load_model<float>(dir, LoadOptions{type});
+      for (Form form : {Form::kParallel, Form::kRecurrent})
+        EXPECT_LE(retnet::testing::relative_error(model.forward(tokens, form),
+                                                  reference.forward(tokens, form)),
+                  1e-5)
+            << fixture << " " << retnet::weight_type_name(type);
+    }
+  }
+}
+
+TEST(QuantisedModels, RandomWeightsOfATypeAreTheF32DrawsConverted) {
+  ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(R"({
+      "vocab_size": 100, "decoder_embed_dim": 64, "decoder_value_embed_dim": 64,
+      "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 96, "decoder_layers": 1})"));
+  const auto f32 = ModelWeights<float>::random(config, 5);
+  const auto q4 = ModelWeights<float>::random(config, 5, WeightType::kQ4);
+  EXPECT_EQ(q4.layers[0].ffn.fc2.to_matrix(),
+            LinearWeight<float>(f32.layers[0].ffn.fc2.to_matrix(), WeightType::kQ4).to_matrix());
+  EXPECT_LT(q4.size_bytes(config), f32.size_bytes(config) / 4);
+}
+
+TEST(QuantisedModels, DamagedConvertedFoldersAreRefused) {
+  const auto model =
+      retnet::load_model<float>(kData + "/torchscale-tiny", LoadOptions{WeightType::kQ8});
+  retnet::testing::TempDir dir;
+  retnet::save_model(dir.str(), model.config(), model.weights());
+  // Without its quantization_config the folder's I8 codes are not weights.
+  ModelConfig plain = model.config();
+  plain.weights = WeightType::kF32;
+  std::ofstream(dir.file("config.json")) << plain.to_json().dump();
+  EXPECT_THROW(retnet::load_model<float>(dir.str()), retnet::FormatError);
+  nlohmann::json j = model.config().to_json();
+  j["quantization_config"]["quant_method"] = "gptq";
+  std::ofstream(dir.file("config.json")) << j.dump();
+  EXPECT_THROW(retnet::load_model<float>(dir.str()), retnet::FormatError);
+  j["quantization_config"]["quant_method"] = "retnet";
+  j["quantization_config"]["weights"] = "q4";  // q8 codes under a q4 config: shapes disagree
+  std::ofstream(dir.file("config.json")) << j.dump();
+  EXPECT_THROW(retnet::load_model<float>(dir.str()), retnet::FormatError);
+}
+
+}  // namespace
