@@ -5,6 +5,7 @@
 // product of row-major W; and a prompt chunk's products (256 rows), through retnet::linear and
 // Eigen's threaded GEMM.
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <random>
@@ -155,8 +156,146 @@ void BM_PromptProduct(benchmark::State& state) {
       benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The floors the products are measured against, in the same harness.
+//
+// BM_FmaPeak: what the multiply-add units can do: each thread runs 12 independent chains of
+// packet multiply-adds (enough to cover the latency of two units) on registers. range(0): threads.
+void BM_FmaPeak(benchmark::State& state) {
+  namespace ei = Eigen::internal;
+  using Packet = ei::packet_traits<float>::type;
+  constexpr int kChains = 12, kSteps = 1 << 16;
+  constexpr Index kLanes = ei::packet_traits<float>::size;
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<float> sink(static_cast<size_t>(threads) * kLanes);
+  for (auto _ : state) {
+    retnet::parallel_for(threads, [&](Index t) {
+      Packet acc[kChains];
+      for (int c = 0; c < kChains; ++c) acc[c] = ei::pset1<Packet>(float(c + t));
+      const Packet a = ei::pset1<Packet>(0.999f), b = ei::pset1<Packet>(1e-3f);
+      for (int i = 0; i < kSteps; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = ei::pmadd(acc[c], a, b);
+      for (int c = 1; c < kChains; ++c) acc[0] = ei::padd(acc[0], acc[c]);
+      ei::pstoreu(sink.data() + t * kLanes, acc[0]);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kChains * kSteps * kLanes * threads * double(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+// BM_ReadBandwidth: bytes per second of summing a float array (every thread its own contiguous
+// part, as a decode step's threads read their panels). range(0): MiB (the base config's decode
+// step reads 141.8 MB; a large last-level cache can hold that whole), range(1): threads.
+void BM_ReadBandwidth(benchmark::State& state) {
+  namespace ei = Eigen::internal;
+  using Packet = ei::packet_traits<float>::type;
+  constexpr Index kLanes = ei::packet_traits<float>::size;
+  const Index n = state.range(0) << 18;  // floats
+  const int threads = static_cast<int>(state.range(1));
+  std::vector<float, Eigen::aligned_allocator<float>> data(static_cast<size_t>(n), 1.0f);
+  std::vector<float> sink(static_cast<size_t>(threads) * kLanes);
+  for (auto _ : state) {
+    retnet::parallel_for(threads, [&](Index t) {
+      const Index begin = n * t / threads / (4 * kLanes) * (4 * kLanes);
+      const Index end = n * (t + 1) / threads / (4 * kLanes) * (4 * kLanes);
+      Packet acc[4] = {ei::pset1<Packet>(0), ei::pset1<Packet>(0), ei::pset1<Packet>(0),
+                       ei::pset1<Packet>(0)};
+      for (Index i = begin; i < end; i += 4 * kLanes)
+        for (int j = 0; j < 4; ++j)
+          acc[j] = ei::padd(acc[j], ei::pload<Packet>(data.data() + i + j * kLanes));
+      ei::pstoreu(sink.data() + t * kLanes,
+                  ei::padd(ei::padd(acc[0], acc[1]), ei::padd(acc[2], acc[3])));
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(4.0 * double(n) * double(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ReadBandwidth)
+    ->ArgsProduct({{40, 142, 1024}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+#ifdef RETNET_BENCH_SGEMM
+// BM_Sgemm: the machine's BLAS (Debian's libblas.so.3, OpenBLAS where installed) on the shapes
+// of BM_PromptProduct: y[256, n] = x[256, k] · Wᵀ with W row-major [n, k]. range(0): threads.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c, const int* ldc);
+
+void BM_Sgemm(benchmark::State& state) {
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(static_cast<int>(state.range(0)));
+  const int rows = 256;
+  std::vector<std::pair<int, int>> shapes = {
+      {32000, 512}, {512, 512}, {864, 512}, {512, 864}, {864, 512}};
+  std::vector<retnet::Matrix<float>> w, x, y;
+  double flops = 0;
+  for (auto [n, k] : shapes) {
+    w.push_back(retnet::Matrix<float>::Random(n, k));
+    x.push_back(retnet::Matrix<float>::Random(rows, k));
+    y.push_back(retnet::Matrix<float>(rows, n));
+    flops += 2.0 * rows * n * k;
+  }
+  const float one = 1, zero = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      // Column-major view: yᵀ[n, rows] = W[n, k] (W row-major is Wᵀ column-major) · xᵀ[k, rows].
+      const int n = shapes[i].first, k = shapes[i].second;
+      sgemm_("T", "N", &n, &rows, &k, &one, w[i].data(), &k, x[i].data(), &k, &zero, y[i].data(),
+             &n);
+    }
+    benchmark::DoNotOptimize(y.back().data());
+  }
+  state.SetLabel("BLAS sgemm");
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Sgemm)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+
+// The products of BM_PromptProduct and BM_DecodeProduct with the weights in each type.
+// range(0): rows of x (1-16: a decoding batch; 256: a prompt chunk); range(1): the WeightType;
+// range(2): threads.
+void BM_TypedProduct(benchmark::State& state) {
+  const Index rows = state.range(0);
+  const auto type = static_cast<retnet::WeightType>(state.range(1));
+  const int before = retnet::num_threads();
+  retnet::set_num_threads(static_cast<int>(state.range(2)));
+  static const DecodeWeights f32;
+  std::vector<retnet::LinearWeight<float>> panels;
+  double bytes = 0, flops = 0;
+  for (const auto& m : f32.matrices) {
+    panels.emplace_back(m, type);
+    bytes += double(panels.back().stored_bytes());
+    flops += 2.0 * double(rows) * double(m.size());
+  }
+  const retnet::Matrix<float> x512 = retnet::Matrix<float>::Random(rows, 512);
+  const retnet::Matrix<float> x864 = retnet::Matrix<float>::Random(rows, 864);
+  retnet::Matrix<float> y;
+  for (auto _ : state) {
+    for (const auto& w : panels) {
+      retnet::linear(w.cols() == 512 ? x512 : x864, w, y);
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  retnet::set_num_threads(before);
+  state.SetLabel(retnet::weight_type_name(type));
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TypedProduct)
+    ->ArgsProduct({{1, 8, 256}, {0, 1, 2, 3}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PromptProduct)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeProduct)->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParallelRetention)

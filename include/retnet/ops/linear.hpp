@@ -192,9 +192,11 @@ struct PanelKernel {
   static constexpr Index kWidth = LinearWeight<Scalar>::kPanelRows;
   static_assert(kWidth % kLanes == 0, "a panel row must be whole SIMD packets");
   static constexpr int kPackets = static_cast<int>(kWidth / kLanes);
-  /// Rows of x per block: about 24 accumulators, which with the panel row's packets fit the 32
-  /// registers of AVX-512 (8 rows x 3 packets for float).
-  static constexpr int kRows = kPackets >= 24 ? 1 : 24 / kPackets;
+  /// Rows of x per block: as many as keep MR·kPackets accumulators, the MR broadcast values of x
+  /// and one panel packet in the SIMD registers (32 with AVX-512: 7 rows of 3 packets; 16 with
+  /// AVX2: 2 rows of 6), so that nothing spills to memory inside the loop.
+  static constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+  static constexpr int kRows = std::max(1, (kRegisters - 1) / (kPackets + 1));
 
   /// y[i, c] (+)= Σ_{q < k} x[i, q] · panel[q, c] for i < MR, c < cols (<= kWidth): each step
   /// loads one panel row and broadcasts MR values of x against it. Every row is one chain of
@@ -209,11 +211,11 @@ struct PanelKernel {
     for (auto& row : acc)
       for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
     for (Index q = 0; q < k; ++q, panel += kWidth) {
-      Packet w[kPackets];
-      for (int j = 0; j < kPackets; ++j) w[j] = ei::ploadu<Packet>(panel + j * kLanes);
-      for (int i = 0; i < MR; ++i) {
-        const Packet xb = ei::pset1<Packet>(x[i * xs + q]);
-        for (int j = 0; j < kPackets; ++j) acc[i][j] = ei::pmadd(xb, w[j], acc[i][j]);
+      Packet xb[MR];
+      for (int i = 0; i < MR; ++i) xb[i] = ei::pset1<Packet>(x[i * xs + q]);
+      for (int j = 0; j < kPackets; ++j) {
+        const Packet w = ei::ploadu<Packet>(panel + j * kLanes);
+        for (int i = 0; i < MR; ++i) acc[i][j] = ei::pmadd(xb[i], w, acc[i][j]);
       }
     }
     for (int i = 0; i < MR; ++i) {

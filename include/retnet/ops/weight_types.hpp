@@ -15,11 +15,16 @@
 //    2j + 1 of row r), then its 48 scales (and 48 minimums), so a product reads one stream.
 #pragma once
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/float_formats.hpp"
@@ -216,46 +221,126 @@ inline void unpack_panel_codes(const uint8_t* panel, Index first, StoredRows& ou
   }
 }
 
+/// kLanes codes as a float packet: int8 values (q8), the four bits at `shift` of bytes (q4), or
+/// bfloat16s. With the widest integer-to-float conversions the target has; a plain loop
+/// otherwise.
+template <typename Scalar>
+struct CodeLoader {
+  using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
+  static constexpr int kLanes = Eigen::internal::unpacket_traits<Packet>::size;
+
+  static Packet int8s(const uint8_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (kLanes == 16)
+      return _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#endif
+#if defined(__AVX2__)
+    if constexpr (kLanes == 8)
+      return _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#endif
+    float v[kLanes];
+    for (int i = 0; i < kLanes; ++i) v[i] = float(static_cast<int8_t>(p[i]));
+    return Eigen::internal::ploadu<Packet>(v);
+  }
+
+  /// The low and the high four bits of kLanes bytes: two rows of q4 codes from one load.
+  static void nibbles(const uint8_t* p, Packet& low, Packet& high) {
+#if defined(__AVX512F__)
+    if constexpr (kLanes == 16) {
+      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      low = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0xf)));
+      high = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+      return;
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (kLanes == 8) {
+      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+      low = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf)));
+      high = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+      return;
+    }
+#endif
+    float l[kLanes], h[kLanes];
+    for (int i = 0; i < kLanes; ++i) l[i] = float(p[i] & 0xf), h[i] = float(p[i] >> 4);
+    low = Eigen::internal::ploadu<Packet>(l);
+    high = Eigen::internal::ploadu<Packet>(h);
+  }
+
+  static Packet bf16s(const uint16_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (kLanes == 16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#endif
+#if defined(__AVX2__)
+    if constexpr (kLanes == 8)
+      return _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#endif
+    float v[kLanes];
+    for (int i = 0; i < kLanes; ++i) v[i] = bits_to_float(static_cast<uint32_t>(p[i]) << 16);
+    return Eigen::internal::ploadu<Packet>(v);
+  }
+};
+
 /// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16, q8
-/// or q4 panel; q0 is a multiple of kQuantBlock. The one place these types turn into Scalars,
-/// written as plain loops over the 48 rows that the compiler turns into SIMD code.
+/// or q4 panel; q0 is a multiple of kQuantBlock. The one place these types turn into floats:
+/// q8 as scale · n, q4 as one multiply-add scale · n + minimum, a SIMD packet at a time.
 template <typename Scalar>
 void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, Scalar* tile) {
-  constexpr Index kWidth = PanelFormat::kWidth;
-  if (type == WeightType::kBF16) {
-    const auto* src = reinterpret_cast<const uint16_t*>(panel) + q0 * kWidth;
-    for (Index i = 0; i < depth * kWidth; ++i)
-      tile[i] = static_cast<Scalar>(bits_to_float(static_cast<uint32_t>(src[i]) << 16));
-    return;
-  }
-  const Index block_bytes = PanelFormat::block_bytes(type);
-  for (Index done = 0; done < depth; done += kQuantBlock) {
-    const uint8_t* block = panel + (q0 + done) / kQuantBlock * block_bytes;
-    const Index n = std::min(kQuantBlock, depth - done);
-    Scalar* out = tile + done * kWidth;
-    float scale[kWidth], minimum[kWidth];
-    if (type == WeightType::kQ8) {
-      halves_to_floats(reinterpret_cast<const uint16_t*>(block + kQuantBlock * kWidth), scale,
-                       kWidth);
-      const auto* codes = reinterpret_cast<const int8_t*>(block);
-      for (Index q = 0; q < n; ++q)
-        for (Index r = 0; r < kWidth; ++r)
-          out[q * kWidth + r] = static_cast<Scalar>(scale[r] * float(codes[q * kWidth + r]));
-    } else {
-      const auto* halves = reinterpret_cast<const uint16_t*>(block + kQuantBlock / 2 * kWidth);
-      halves_to_floats(halves, scale, kWidth);
-      halves_to_floats(halves + kWidth, minimum, kWidth);
-      for (Index j = 0; 2 * j < n; ++j) {
-        const uint8_t* pair = block + j * kWidth;
-        for (Index r = 0; r < kWidth; ++r)
-          out[2 * j * kWidth + r] =
-              static_cast<Scalar>(scale[r] * float(pair[r] & 0xf) + minimum[r]);
-        if (2 * j + 1 < n)
-          for (Index r = 0; r < kWidth; ++r)
-            out[(2 * j + 1) * kWidth + r] =
-                static_cast<Scalar>(scale[r] * float(pair[r] >> 4) + minimum[r]);
+  static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
+  if constexpr (std::is_same_v<Scalar, float>) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<float>::type;
+    using Load = CodeLoader<float>;
+    constexpr Index kWidth = PanelFormat::kWidth, kLanes = Load::kLanes;
+    constexpr int kPackets = static_cast<int>(kWidth / kLanes);
+    static_assert(kWidth % kLanes == 0, "a panel row must be whole SIMD packets");
+    if (type == WeightType::kBF16) {
+      const auto* src = reinterpret_cast<const uint16_t*>(panel) + q0 * kWidth;
+      for (Index i = 0; i < depth * kWidth; i += kLanes)
+        ei::pstoreu(tile + i, Load::bf16s(src + i));
+      return;
+    }
+    const Index block_bytes = PanelFormat::block_bytes(type);
+    for (Index done = 0; done < depth; done += kQuantBlock) {
+      const uint8_t* block = panel + (q0 + done) / kQuantBlock * block_bytes;
+      const Index n = std::min(kQuantBlock, depth - done);
+      float* out = tile + done * kWidth;
+      alignas(64) float scale[kWidth], minimum[kWidth];
+      Packet s[kPackets], m[kPackets];
+      if (type == WeightType::kQ8) {
+        halves_to_floats(reinterpret_cast<const uint16_t*>(block + kQuantBlock * kWidth), scale,
+                         kWidth);
+        for (int j = 0; j < kPackets; ++j) s[j] = ei::pload<Packet>(scale + j * kLanes);
+        for (Index q = 0; q < n; ++q)
+          for (int j = 0; j < kPackets; ++j)
+            ei::pstoreu(out + q * kWidth + j * kLanes,
+                        ei::pmul(s[j], Load::int8s(block + q * kWidth + j * kLanes)));
+      } else {
+        const auto* halves = reinterpret_cast<const uint16_t*>(block + kQuantBlock / 2 * kWidth);
+        halves_to_floats(halves, scale, kWidth);
+        halves_to_floats(halves + kWidth, minimum, kWidth);
+        for (int j = 0; j < kPackets; ++j) {
+          s[j] = ei::pload<Packet>(scale + j * kLanes);
+          m[j] = ei::pload<Packet>(minimum + j * kLanes);
+        }
+        for (Index q = 0; q < n; q += 2)  // rows q and q + 1 share their bytes
+          for (int j = 0; j < kPackets; ++j) {
+            Packet low, high;
+            Load::nibbles(block + q / 2 * kWidth + j * kLanes, low, high);
+            ei::pstoreu(out + q * kWidth + j * kLanes, ei::pmadd(s[j], low, m[j]));
+            if (q + 1 < n)
+              ei::pstoreu(out + (q + 1) * kWidth + j * kLanes, ei::pmadd(s[j], high, m[j]));
+          }
       }
     }
+  } else {  // double models hold f32 weights only (LinearWeight::resize); never reached
+    (void)type, (void)panel, (void)q0, (void)depth, (void)tile;
+    throw InvalidArgument("LinearWeight: bf16, q8 and q4 weights are for float models");
   }
 }
 
