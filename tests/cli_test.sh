@@ -20,12 +20,20 @@ expect_error() {  # name, expected text in the message, command...
   local name=$1 text=$2; shift 2
   "$@" >"$work/out" 2>"$work/err"
   local rc=$? lines
+  echo "$rc" >"$work/rc"
   lines=$(wc -l <"$work/err")
   if [ $rc -eq 0 ]; then fail "$name: exit 0"; return; fi
   if [ $rc -ge 128 ]; then fail "$name: crashed with exit $rc"; return; fi
   if [ "$lines" -ne 1 ]; then fail "$name: $lines lines on stderr: $(cat "$work/err")"; return; fi
   if ! grep -qF -- "$text" "$work/err"; then fail "$name: message lacks '$text': $(cat "$work/err")"; return; fi
   ok
+}
+# expect_error, and the exit status is 2: the command line was refused before any work.
+expect_usage_error() {  # name, expected text in the message, command...
+  local before=$failed
+  expect_error "$@"
+  if [ "$failed" -eq "$before" ] && [ "$(cat "$work/rc")" -ne 2 ]; then
+    fail "$1: exit $(cat "$work/rc"), expected 2"; fi
 }
 contains() {  # name, file, text
   if grep -qF -- "$3" "$2"; then ok; else fail "$1: '$3' not in $(head -c 300 "$2")"; fi
@@ -68,7 +76,7 @@ expect_bytes() {  # name, expected size, command...
 # --- help
 expect_ok "help" "$retnet" --help
 contains "help text" "$work/out" "usage: retnet"
-for c in generate score bench tokenize detokenize info; do
+for c in generate score bench tokenize detokenize info convert; do
   expect_ok "$c --help" "$retnet" $c --help
   contains "$c --help text" "$work/out" "usage: retnet $c"
 done
@@ -239,6 +247,78 @@ expect_error "fla short conv" "use_short_conv" "$retnet" generate -m "$work/conv
 expect_error "fla short conv info" "use_short_conv" "$retnet" info -m "$work/conv"
 cp "$data/syncdoth-tiny/config.json" "$work/conv/config.json"
 expect_error "mixed families" "mixes checkpoint families" "$retnet" score -m "$work/conv" --tokens 1,2,3
+
+# --- weight types: `retnet convert`, and --weights on the folder as it is
+# tiny-bytes holds 37536 float32 values (150144 bytes): 160 norm weights, which stay float32, and
+# 37376 in linear maps, whose rows hold 1248 blocks of (up to) 32 values (embedding and lm_head
+# 256 x 32; per layer q, k 32 x 32, v, g 48 x 32, out 32 x 48, fc1, gate 40 x 32, fc2 32 x 40).
+# Stored bytes (docs/FORMATS.md, "Quantised weights"): bf16 2 per weight; q8 1 per weight and a
+# binary16 scale per block; q4 half a byte per weight, a binary16 scale and minimum per block.
+declare -A stored=([f32]=150144 [bf16]=$((37376 * 2 + 640)) [q8]=$((37376 + 1248 * 2 + 640))
+  [q4]=$((37376 / 2 + 1248 * 4 + 640)))
+declare -A resident=([bf16]=${stored[bf16]} [q8]=$((1248 * (32 + 2) + 640)) [q4]=$((1248 * (16 + 4) + 640)))
+dtype_bytes() {  # info --json file: the bytes of all its stored tensors
+  grep -o '"bytes":[0-9]*' "$1" | awk -F: '{ s += $2 } END { print s + 0 }'
+}
+expect_ok "info --json of the f32 folder" "$retnet" info -m "$model" --json
+if [ "$(dtype_bytes "$work/out")" -eq "${stored[f32]}" ]; then ok; else
+  fail "tiny-bytes stores $(dtype_bytes "$work/out") bytes, expected ${stored[f32]}"; fi
+ids=$(npy_values "$model/tokens.npy" d8 | head -n 30 | paste -sd, -)
+expect_ok "score f32" "$retnet" score -m "$model" --tokens "$ids" --logits-out "$work/f32.npy" --threads 1
+for t in bf16 q8 q4; do
+  conv=$work/tiny-$t
+  expect_ok "convert to $t" "$retnet" convert -m "$model" -o "$conv" --weights $t --threads 1
+  contains "convert names the type" "$work/err" "($t)"
+  expect_ok "info of the $t folder" "$retnet" info -m "$conv"
+  contains "info of the $t folder" "$work/out" "weights     $t"
+  expect_ok "info --json of the $t folder" "$retnet" info -m "$conv" --json
+  contains "info --json of the $t folder" "$work/out" "\"weights\":\"$t\""
+  contains "info --json parameters of the $t folder" "$work/out" '"parameters":37536'
+  if [ "$(dtype_bytes "$work/out")" -eq "${stored[$t]}" ]; then ok; else
+    fail "the $t folder stores $(dtype_bytes "$work/out") bytes, expected ${stored[$t]}"; fi
+  if [ "$(stat -c %s "$conv/model.safetensors")" -lt "$(stat -c %s "$model/model.safetensors")" ]; then
+    ok; else fail "the $t folder's model.safetensors is not smaller than the f32 one"; fi
+  # The converted folder computes what the f32 folder loaded with --weights $t computes: the same
+  # bytes from generate (greedy and sampled), the same logits and score.
+  for gen in "-p ROMEO: -n 24 --temp 0" "-p Hi -n 24 --temp 0.9 --seed 3"; do
+    # shellcheck disable=SC2086
+    expect_ok "generate $gen, $t folder" "$retnet" generate -m "$conv" $gen --threads 1
+    cp "$work/out" "$work/gen_conv"
+    # shellcheck disable=SC2086
+    expect_ok "generate $gen --weights $t" "$retnet" generate -m "$model" $gen --weights $t --threads 1
+    if [ -s "$work/out" ] && cmp -s "$work/out" "$work/gen_conv"; then ok; else
+      fail "generate $gen: the $t folder and --weights $t differ: $(od -c "$work/gen_conv" | head -2) vs $(od -c "$work/out" | head -2)"; fi
+  done
+  expect_ok "score, $t folder" "$retnet" score -m "$conv" --tokens "$ids" --logits-out "$work/conv.npy" --json --threads 1
+  cp "$work/out" "$work/conv.json"
+  expect_ok "score --weights $t" "$retnet" score -m "$model" --tokens "$ids" --weights $t --logits-out "$work/typed.npy" --json --threads 1
+  a=$(json_number "$work/conv.json" nats_per_token) b=$(json_number "$work/out" nats_per_token)
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else fail "score: the $t folder gives '$a' nats, --weights $t '$b'"; fi
+  if cmp -s "$work/conv.npy" "$work/typed.npy"; then ok; else fail "logits of the $t folder and of --weights $t differ"; fi
+  if cmp -s "$work/conv.npy" "$work/f32.npy"; then fail "$t logits equal the f32 ones: nothing was converted"; else ok; fi
+  # In memory every block holds 32 codes, also the short last block of a row of 40 or 48 values.
+  expect_ok "bench, $t folder" "$retnet" bench -m "$conv" --prompt-len 8 --gen-len 2 --repeat 1 --json --threads 1
+  contains "bench names the type" "$work/out" "\"weights\":\"$t\""
+  expect_number "bench weight bytes, $t folder" "$work/out" weight_bytes "a == ${resident[$t]}"
+  # Loading it as its own type again converts nothing: the same logits.
+  expect_ok "score, $t folder --weights $t" "$retnet" score -m "$conv" --tokens "$ids" --weights $t --logits-out "$work/again.npy" --threads 1
+  if cmp -s "$work/conv.npy" "$work/again.npy"; then ok; else fail "the $t folder with --weights $t differs from its default"; fi
+done
+# Refused: a folder that holds a model (untouched), the source itself, no or a bad type.
+cp "$work/tiny-q8/model.safetensors" "$work/q8.safetensors"
+expect_usage_error "convert onto a model folder" "already holds a model" \
+  "$retnet" convert -m "$model" -o "$work/tiny-q8" --weights q4
+if cmp -s "$work/q8.safetensors" "$work/tiny-q8/model.safetensors"; then ok; else fail "a refused convert changed the folder"; fi
+expect_usage_error "convert onto its source" "already holds a model" "$retnet" convert -m "$model" -o "$model" --weights q8
+expect_usage_error "convert without --weights" "--weights is required" "$retnet" convert -m "$model" -o "$work/new"
+expect_usage_error "convert --weights q7" "--weights: unknown weight type 'q7' (expected f32, bf16, q8 or q4)" \
+  "$retnet" convert -m "$model" -o "$work/new" --weights q7
+expect_usage_error "convert without -o" "-o is required" "$retnet" convert -m "$model" --weights q8
+if [ -e "$work/new" ]; then fail "a refused convert created its output folder"; else ok; fi
+expect_usage_error "generate --weights q7" "--weights: unknown weight type 'q7'" "$retnet" generate -m "$model" -p hi --weights q7
+expect_usage_error "score --weights q7" "--weights: unknown weight type 'q7'" "$retnet" score -m "$model" --text hi --weights q7
+expect_usage_error "bench --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench -m "$model" --weights q7
+expect_usage_error "bench --config --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench --config "$model/config.json" --weights q7
 
 # --- bad input: one line, non-zero, no crash
 expect_error "no command" "missing command" "$retnet"
