@@ -253,10 +253,10 @@ expect_error "mixed families" "mixes checkpoint families" "$retnet" score -m "$w
 # 37376 in linear maps, whose rows hold 1248 blocks of (up to) 32 values (embedding and lm_head
 # 256 x 32; per layer q, k 32 x 32, v, g 48 x 32, out 32 x 48, fc1, gate 40 x 32, fc2 32 x 40).
 # Stored bytes (docs/FORMATS.md, "Quantised weights"): bf16 2 per weight; q8 1 per weight and a
-# binary16 scale per block; q4 half a byte per weight, a binary16 scale and minimum per block.
+# binary16 scale per block; q4 half a byte per weight and a binary16 scale per block.
 declare -A stored=([f32]=150144 [bf16]=$((37376 * 2 + 640)) [q8]=$((37376 + 1248 * 2 + 640))
-  [q4]=$((37376 / 2 + 1248 * 4 + 640)))
-declare -A resident=([bf16]=${stored[bf16]} [q8]=$((1248 * (32 + 2) + 640)) [q4]=$((1248 * (16 + 4) + 640)))
+  [q4]=$((37376 / 2 + 1248 * 2 + 640)))
+declare -A resident=([bf16]=${stored[bf16]} [q8]=$((1248 * (32 + 2) + 640)) [q4]=$((1248 * (16 + 2) + 640)))
 dtype_bytes() {  # info --json file: the bytes of all its stored tensors
   grep -o '"bytes":[0-9]*' "$1" | awk -F: '{ s += $2 } END { print s + 0 }'
 }

@@ -150,7 +150,7 @@ fi
 norms=$((15 * 512 * 4))
 linear=$(((offset - norms) / 4))  # weights of linear maps; every row is whole blocks of 32
 declare -A type_bytes=([bf16]=$((linear * 2 + norms)) [q8]=$((linear + linear / 32 * 2 + norms))
-  [q4]=$((linear / 2 + linear / 32 * 4 + norms)))
+  [q4]=$((linear / 2 + linear / 32 * 2 + norms)))
 typed_peak() {  # name, expected weight bytes, bench arguments...
   local name=$1 want=$2 peak weights; shift 2
   if "$retnet" bench "$@" --prompt-len 1 --gen-len 1 --repeat 1 --threads 1 --json \

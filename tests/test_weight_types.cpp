@@ -32,18 +32,17 @@ float to_half_and_back(float v) {
 }
 
 // The definition, value by value: blocks of 32 along each row; q8: scale = max|w| / 127 rounded
-// to binary16, n = round(w / scale) in [-127, 127]; q4: scale = (max - min) / 15 and minimum =
-// min, both rounded to binary16, n = round((w - minimum) / scale) in [0, 15].
+// to binary16, n = round(w / scale) in [-127, 127], w = scale · n; q4: scale = -m / 8 for the
+// block's value m of largest magnitude, rounded to binary16, n = round(w / scale) + 8 in [0, 15],
+// w = scale · (n - 8).
 Matrix<double> reference_dequantised(const Matrix<float>& w, WeightType type) {
   Matrix<double> out(w.rows(), w.cols());
   for (Index r = 0; r < w.rows(); ++r)
     for (Index c0 = 0; c0 < w.cols(); c0 += 32) {
       const Index c1 = std::min<Index>(w.cols(), c0 + 32);
-      float lo = w(r, c0), hi = w(r, c0), amax = 0;
-      for (Index c = c0; c < c1; ++c) {
-        lo = std::min(lo, w(r, c)), hi = std::max(hi, w(r, c));
-        amax = std::max(amax, std::abs(w(r, c)));
-      }
+      float amax = 0, extreme = 0;
+      for (Index c = c0; c < c1; ++c)
+        if (std::abs(w(r, c)) > amax) amax = std::abs(w(r, c)), extreme = w(r, c);
       for (Index c = c0; c < c1; ++c) {
         if (type == WeightType::kBF16) {
           out(r, c) = retnet::bf16_to_float(retnet::float_to_bf16(w(r, c)));
@@ -52,9 +51,9 @@ Matrix<double> reference_dequantised(const Matrix<float>& w, WeightType type) {
           const float n = s > 0 ? std::clamp(std::nearbyint(w(r, c) / s), -127.f, 127.f) : 0.f;
           out(r, c) = double(s) * n;
         } else {
-          const float s = to_half_and_back((hi - lo) / 15), m = to_half_and_back(lo);
-          const float n = s > 0 ? std::clamp(std::nearbyint((w(r, c) - m) / s), 0.f, 15.f) : 0.f;
-          out(r, c) = double(s) * n + m;
+          const float s = to_half_and_back(-extreme / 8);
+          const float n = s != 0 ? std::clamp(std::nearbyint(w(r, c) / s) + 8, 0.f, 15.f) : 8.f;
+          out(r, c) = double(s) * (n - 8);
         }
       }
     }
@@ -73,10 +72,9 @@ TEST(WeightTypes, DecodedValuesFollowTheDefinition) {
       const Matrix<double> want = reference_dequantised(w, type);
       const Matrix<float> got = LinearWeight<float>(w, type).to_matrix();
       for (Index r = 0; r < rows; ++r)
-        for (Index c = 0; c < cols; ++c)  // q4's scale·n + minimum may be one fused add
-          ASSERT_NEAR(got(r, c), want(r, c), 1e-6 * (std::abs(want(r, c)) + 1))
-              << retnet::weight_type_name(type) << " " << rows << "x" << cols << " at " << r << ","
-              << c;
+        for (Index c = 0; c < cols; ++c)  // every decoded value is exact in float
+          ASSERT_EQ(got(r, c), want(r, c)) << retnet::weight_type_name(type) << " " << rows << "x"
+                                           << cols << " at " << r << "," << c;
     }
   }
 }
@@ -89,14 +87,14 @@ TEST(WeightTypes, ErrorsAreWithinHalfAStep) {
     for (Index r = 0; r < w.rows(); ++r)
       for (Index c0 = 0; c0 < w.cols(); c0 += 32) {
         const auto block = w.row(r).segment(c0, 32);
-        const double amax = block.cwiseAbs().maxCoeff(),
-                     range = block.maxCoeff() - block.minCoeff();
+        const double amax = block.cwiseAbs().maxCoeff();
         for (Index c = c0; c < c0 + 32; ++c) {
           const double err = std::abs(double(got(r, c)) - w(r, c));
-          // Half a step, plus binary16's rounding of the scale (and minimum) times the code.
+          // Half a step, plus binary16's rounding of the scale times the code; q4's one
+          // unreachable level (+8 steps) costs up to a whole step at the top of the range.
           const double bound = type == WeightType::kBF16 ? std::abs(w(r, c)) * 0x1p-8
                                : type == WeightType::kQ8 ? amax / 254 + amax * 0x1p-10
-                                                         : range / 30 + 3 * amax * 0x1p-10;
+                                                         : amax / 8 + amax * 0x1p-9;
           ASSERT_LE(err, bound) << retnet::weight_type_name(type) << " at " << r << "," << c;
         }
       }
@@ -136,7 +134,6 @@ TEST(WeightTypes, StoredRowsRoundTripThroughThePanels) {
     retnet::quantize_rows(type, w.data(), w.rows(), w.cols(), direct);
     EXPECT_EQ(all.codes, direct.codes);
     EXPECT_EQ(all.scales, direct.scales);
-    EXPECT_EQ(all.minimums, direct.minimums);
     // A part read across a panel boundary agrees with the whole.
     const StoredRows part = a.stored_rows(40, 20);
     for (Index r = 0; r < 20; ++r)
@@ -145,11 +142,8 @@ TEST(WeightTypes, StoredRowsRoundTripThroughThePanels) {
     b.assign_stored(100, 45, type, [&](Index first, Index n, StoredRows& out) {
       for (Index r = 0; r < n; ++r)
         for (Index c = 0; c < 45; ++c) out.set_code(r, c, all.code(first + r, c));
-      for (Index i = 0; i < n * retnet::quant_blocks(45); ++i) {
+      for (Index i = 0; i < n * retnet::quant_blocks(45); ++i)
         out.scales[i] = all.scales[first * retnet::quant_blocks(45) + i];
-        if (type == WeightType::kQ4)
-          out.minimums[i] = all.minimums[first * retnet::quant_blocks(45) + i];
-      }
     });
     EXPECT_EQ(b.to_matrix(), a.to_matrix());
   }
@@ -161,16 +155,18 @@ TEST(WeightTypes, HoldTheirStoredBytesOnly) {
   EXPECT_EQ(LinearWeight<float>(w).stored_bytes(), 96u * 64 * 4);
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kBF16).stored_bytes(), 96u * 64 * 2);
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ8).stored_bytes(), 2u * 2 * (32 * 48 + 2 * 48));
-  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).stored_bytes(), 2u * 2 * (16 * 48 + 4 * 48));
-  EXPECT_EQ(LinearWeight<float>::bytes_for(96, 64, WeightType::kQ4), 2.0 * 2 * (16 * 48 + 4 * 48));
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).stored_bytes(), 2u * 2 * (16 * 48 + 2 * 48));
+  EXPECT_EQ(LinearWeight<float>::bytes_for(96, 64, WeightType::kQ4), 2.0 * 2 * (16 * 48 + 2 * 48));
 }
 
 TEST(WeightTypes, RefuseValuesBeyondABinary16Scale) {
   Matrix<float> w = Matrix<float>::Ones(2, 40);
   w(1, 35) = 1e7f;  // max / 127 > 65504
   EXPECT_THROW(LinearWeight<float>(w, WeightType::kQ8), retnet::InvalidArgument);
-  w(1, 35) = -1e5f;  // a minimum beyond binary16
+  w(1, 35) = -6e5f;  // max / 8 > 65504
   EXPECT_THROW(LinearWeight<float>(w, WeightType::kQ4), retnet::InvalidArgument);
+  w(1, 35) = -4e5f;  // within q4's range, not q8's
+  EXPECT_NO_THROW(LinearWeight<float>(w, WeightType::kQ4));
   EXPECT_THROW(retnet::parse_weight_type("q5"), retnet::InvalidArgument);
   EXPECT_EQ(retnet::parse_weight_type("q4"), WeightType::kQ4);
   // Double models keep full precision only.
@@ -179,10 +175,12 @@ TEST(WeightTypes, RefuseValuesBeyondABinary16Scale) {
 }
 
 TEST(WeightTypes, AConstantBlockIsExact) {
-  // A zero range gives scale 0: every code decodes to the minimum (q4) or zero (q8).
+  // A block of one power of two decodes exactly in q4 (its value is -8 · scale, scale exact in
+  // binary16); a zero block has scale 0 and decodes to zero in both.
   Matrix<float> w = Matrix<float>::Constant(3, 32, 0.25f);
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).to_matrix(), w);
   w.setZero();
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).to_matrix(), w);
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ8).to_matrix(), w);
 }
 

@@ -72,17 +72,16 @@ struct LoadOptions {
 namespace detail {
 
 /// The names and shapes under which a converted folder stores a q8/q4 weight `name` [rows,
-/// cols]: its codes under the weight's own name, its scales and minimums beside it
+/// cols]: its codes under the weight's own name, its scales beside it
 /// (docs/FORMATS.md, "Quantised weights").
 struct StoredTensors {
-  std::string codes, scales, minimums;
+  std::string codes, scales;
   std::vector<int64_t> code_shape, scale_shape;
   DType code_dtype;
 
   StoredTensors(const std::string& name, const std::vector<int64_t>& shape, WeightType type)
       : codes(name),
         scales(name + "_scale"),
-        minimums(name + "_min"),
         code_shape{shape[0], code_bytes(type, shape[1])},
         scale_shape{shape[0], quant_blocks(shape[1])},
         code_dtype(type == WeightType::kQ8 ? DType::I8 : DType::U8) {}
@@ -135,7 +134,6 @@ void check_checkpoint_shapes(CheckpointReader& reader, const ModelConfig& config
     const detail::StoredTensors t(name, shape, stored);
     reader.expect(t.codes, t.code_shape);
     reader.expect(t.scales, t.scale_shape);
-    if (stored == WeightType::kQ4) reader.expect(t.minimums, t.scale_shape);
   };
   detail::visit_shapes<Scalar>(config, layers, expect);
   if (layers < config.layers)  // unreachable by the count above; kept as a guard
@@ -168,14 +166,10 @@ void read_linear(CheckpointReader& reader, const std::string& name,
                       n * code_row, out.codes.data());
     reader.read_bytes(names.scales, names.scale_shape, DType::F16, first * scale_row, n * scale_row,
                       reinterpret_cast<uint8_t*>(out.scales.data()));
-    if (stored == WeightType::kQ4)
-      reader.read_bytes(names.minimums, names.scale_shape, DType::F16, first * scale_row,
-                        n * scale_row, reinterpret_cast<uint8_t*>(out.minimums.data()));
-    for (const auto* halves : {&out.scales, &out.minimums})
-      for (uint16_t h : *halves)
-        if ((h & 0x7c00u) == 0x7c00u)
-          throw FormatError(reader.dir() + ": tensor " + name +
-                            ": a scale or minimum is NaN or infinite: expected finite weights");
+    for (uint16_t h : out.scales)
+      if ((h & 0x7c00u) == 0x7c00u)
+        throw FormatError(reader.dir() + ": tensor " + name +
+                          "_scale: a scale is NaN or infinite: expected finite weights");
   };
   if (type == stored) return t.assign_stored(rows, cols, stored, read_stored);
   LinearWeight<Scalar> codes;

@@ -39,8 +39,6 @@ void save_model(const std::string& dir, ModelConfig config, const ModelWeights<S
         const detail::StoredTensors stored(stored_name(name), shape, t.type());
         tensors.push_back({stored.codes, stored.code_dtype, stored.code_shape, nullptr, nullptr});
         tensors.push_back({stored.scales, DType::F16, stored.scale_shape, nullptr, nullptr});
-        if (t.type() == WeightType::kQ4)
-          tensors.push_back({stored.minimums, DType::F16, stored.scale_shape, nullptr, nullptr});
         return;
       }
       std::vector<float> v(static_cast<size_t>(t.rows() * t.cols()));
@@ -76,7 +74,6 @@ void save_model(const std::string& dir, ModelConfig config, const ModelWeights<S
       const StoredRows& c = codes[next_code++];
       t.bytes = c.codes.data();
       tensors[++i].bytes = c.scales.data();
-      if (c.type == WeightType::kQ4) tensors[++i].bytes = c.minimums.data();
     } else {
       t.data = values[next_value++].data();
     }

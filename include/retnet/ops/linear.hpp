@@ -116,8 +116,6 @@ class LinearWeight {
                                  part);
       std::copy(part.codes.begin(), part.codes.end(), out.codes.begin() + (r - first) * row_bytes);
       std::copy(part.scales.begin(), part.scales.end(), out.scales.begin() + (r - first) * blocks);
-      std::copy(part.minimums.begin(), part.minimums.end(),
-                out.minimums.begin() + (r - first) * blocks);
       r += in_panel;
     }
     return out;

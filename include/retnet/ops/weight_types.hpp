@@ -2,17 +2,18 @@
 // bfloat16, and two block formats, q8 and q4, that quantise each run of 32 values along a row of
 // W (the input dimension) against a binary16 scale:
 //   q8: w = scale · n, n an int8 in [-127, 127], scale = max|w| / 127;
-//   q4: w = scale · n + minimum, n in [0, 15], scale = (max w - min w) / 15, minimum = min w.
+//   q4: w = scale · (n - 8), n in [0, 15], scale = -m / 8 for the block's value m of largest |m|
+//       (m gets code 0; docs/PERFORMANCE.md measures this against a scale and a minimum).
 // Activations, norms and the retention state stay in the scalar type: weights are dequantised a
 // tile at a time inside the products (ops/linear.hpp) and never as a whole.
 //
 // A q8/q4 weight has two forms, both defined here:
 //  - stored (StoredRows): row-major, as a converted checkpoint holds it (docs/FORMATS.md,
 //    "Quantised weights"): codes [rows][code_bytes(cols)] (q4: byte j holds the values 2j in its
-//    low and 2j + 1 in its high four bits), scales and minimums [rows][blocks(cols)];
+//    low and 2j + 1 in its high four bits), scales [rows][blocks(cols)];
 //  - panels (LinearWeight's): per panel of 48 rows and per block of 32 columns, the block's
 //    codes transposed ([32][48] bytes for q8; [16][48] for q4, byte (j, r) holding columns 2j and
-//    2j + 1 of row r), then its 48 scales (and 48 minimums), so a product reads one stream.
+//    2j + 1 of row r), then its 48 scales, so that a product reads one stream.
 #pragma once
 
 #include <Eigen/Core>
@@ -80,15 +81,13 @@ inline Index code_bytes(WeightType type, Index cols) {
 struct StoredRows {
   WeightType type = WeightType::kQ8;
   Index rows = 0, cols = 0;
-  std::vector<uint8_t> codes;      // [rows][code_bytes(type, cols)]
-  std::vector<uint16_t> scales;    // [rows][quant_blocks(cols)], binary16
-  std::vector<uint16_t> minimums;  // [rows][quant_blocks(cols)], binary16; q4 only
+  std::vector<uint8_t> codes;    // [rows][code_bytes(type, cols)]
+  std::vector<uint16_t> scales;  // [rows][quant_blocks(cols)], binary16
 
   void resize(WeightType t, Index r, Index c) {
     type = t, rows = r, cols = c;
     codes.assign(static_cast<size_t>(r * code_bytes(t, c)), 0);
     scales.assign(static_cast<size_t>(r * quant_blocks(c)), 0);
-    minimums.assign(t == WeightType::kQ4 ? static_cast<size_t>(r * quant_blocks(c)) : 0, 0);
   }
   /// Code of value (r, c): the int8 of q8 (as its byte) or the four bits of q4.
   int code(Index r, Index c) const {
@@ -108,8 +107,8 @@ struct StoredRows {
 };
 
 /// Quantises `rows` rows of `cols` values (row-major, float) into `out`, resized. Throws
-/// InvalidArgument when a block's scale or minimum is beyond binary16's range (|w| > 8.3e6 for
-/// q8, 65504 for q4): no trained weight is, so it names a damaged tensor.
+/// InvalidArgument when a block's scale is beyond binary16's range (|w| > 8.3e6 for q8, 5.2e5 for
+/// q4): no trained weight is, so it names a damaged tensor.
 inline void quantize_rows(WeightType type, const float* values, Index rows, Index cols,
                           StoredRows& out) {
   RETNET_REQUIRE(is_block_quantised(type), "quantize_rows: q8 or q4 only");
@@ -119,25 +118,23 @@ inline void quantize_rows(WeightType type, const float* values, Index rows, Inde
     const float* w = values + r * cols;
     for (Index b = 0; b < blocks; ++b) {
       const Index c0 = b * kQuantBlock, c1 = std::min(cols, c0 + kQuantBlock);
-      float lo = w[c0], hi = w[c0], amax = 0;
-      for (Index c = c0; c < c1; ++c) {
-        lo = std::min(lo, w[c]), hi = std::max(hi, w[c]);
-        amax = std::max(amax, std::abs(w[c]));
-      }
-      const uint16_t scale = float_to_half(type == WeightType::kQ8 ? amax / 127 : (hi - lo) / 15);
-      const uint16_t minimum = float_to_half(lo);
-      const float s = half_to_float(scale), m = half_to_float(minimum);
-      if (!std::isfinite(s) || (type == WeightType::kQ4 && !std::isfinite(m)))
+      float extreme = 0;  // the value of largest magnitude
+      for (Index c = c0; c < c1; ++c)
+        if (std::abs(w[c]) > std::abs(extreme)) extreme = w[c];
+      const uint16_t scale =
+          float_to_half(type == WeightType::kQ8 ? std::abs(extreme) / 127 : -extreme / 8);
+      const float s = half_to_float(scale);
+      if (!std::isfinite(s))
         throw InvalidArgument(std::string(weight_type_name(type)) + ": values up to " +
-                              std::to_string(amax) + " in a block are beyond a binary16 scale");
+                              std::to_string(std::abs(extreme)) +
+                              " in a block are beyond a binary16 scale");
       out.scales[r * blocks + b] = scale;
-      if (type == WeightType::kQ4) out.minimums[r * blocks + b] = minimum;
       for (Index c = c0; c < c1; ++c) {
-        int n = 0;
-        if (s > 0) {
-          const float level = std::nearbyint(type == WeightType::kQ8 ? w[c] / s : (w[c] - m) / s);
+        int n = type == WeightType::kQ8 ? 0 : 8;
+        if (s != 0) {
+          const float level = std::nearbyint(w[c] / s);
           n = type == WeightType::kQ8 ? static_cast<int>(std::clamp(level, -127.f, 127.f))
-                                      : static_cast<int>(std::clamp(level, 0.f, 15.f));
+                                      : static_cast<int>(std::clamp(level + 8, 0.f, 15.f));
         }
         out.set_code(r, c, n);
       }
@@ -153,7 +150,7 @@ struct PanelFormat {
 
   static Index block_bytes(WeightType type) {
     return type == WeightType::kQ8 ? kQuantBlock * kWidth + 2 * kWidth
-                                   : kQuantBlock / 2 * kWidth + 4 * kWidth;
+                                   : kQuantBlock / 2 * kWidth + 2 * kWidth;
   }
   /// Bytes of one panel of `cols` columns for `type`, whose full-precision scalar is
   /// `scalar_bytes` wide.
@@ -183,7 +180,6 @@ inline void pack_panel(const StoredRows& src, uint8_t* panel) {
     auto* scales = reinterpret_cast<uint16_t*>(block + code_area);
     for (Index r = 0; r < src.rows; ++r) {
       scales[r] = src.scales[r * blocks + b];
-      if (type == WeightType::kQ4) scales[kWidth + r] = src.minimums[r * blocks + b];
       for (Index c = c0; c < c1; ++c) {
         const Index q = c - c0;
         if (type == WeightType::kQ8)
@@ -209,7 +205,6 @@ inline void unpack_panel_codes(const uint8_t* panel, Index first, StoredRows& ou
     for (Index r = 0; r < out.rows; ++r) {
       const Index pr = first + r;
       out.scales[r * blocks + b] = scales[pr];
-      if (type == WeightType::kQ4) out.minimums[r * blocks + b] = scales[kWidth + pr];
       for (Index c = c0; c < c1; ++c) {
         const Index q = c - c0;
         out.set_code(r, c,
@@ -288,7 +283,7 @@ struct CodeLoader {
 
 /// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16, q8
 /// or q4 panel; q0 is a multiple of kQuantBlock. The one place these types turn into floats:
-/// q8 as scale · n, q4 as one multiply-add scale · n + minimum, a SIMD packet at a time.
+/// q8 as scale · n, q4 as scale · n - 8 · scale (exact, fused or not), a SIMD packet at a time.
 template <typename Scalar>
 void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, Scalar* tile) {
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
@@ -310,7 +305,7 @@ void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, S
       const uint8_t* block = panel + (q0 + done) / kQuantBlock * block_bytes;
       const Index n = std::min(kQuantBlock, depth - done);
       float* out = tile + done * kWidth;
-      alignas(64) float scale[kWidth], minimum[kWidth];
+      alignas(64) float scale[kWidth];
       Packet s[kPackets], m[kPackets];
       if (type == WeightType::kQ8) {
         halves_to_floats(reinterpret_cast<const uint16_t*>(block + kQuantBlock * kWidth), scale,
@@ -323,10 +318,9 @@ void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, S
       } else {
         const auto* halves = reinterpret_cast<const uint16_t*>(block + kQuantBlock / 2 * kWidth);
         halves_to_floats(halves, scale, kWidth);
-        halves_to_floats(halves + kWidth, minimum, kWidth);
         for (int j = 0; j < kPackets; ++j) {
           s[j] = ei::pload<Packet>(scale + j * kLanes);
-          m[j] = ei::pload<Packet>(minimum + j * kLanes);
+          m[j] = ei::pmul(s[j], ei::pset1<Packet>(-8.f));
         }
         for (Index q = 0; q < n; q += 2)  // rows q and q + 1 share their bytes
           for (int j = 0; j < kPackets; ++j) {
