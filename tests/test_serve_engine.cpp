@@ -1,10 +1,14 @@
-// The scheduler and session store of `retnet serve` (tools/serve/), without HTTP: a row of the
-// batched step sees the same arithmetic whatever shares the batch; a request's output is the same
-// alone or beside others; a continued state equals one longer request; cancelled requests leave;
-// sessions spill to disk, come back after a restart and are never named by a path.
+// The scheduler and session store of `retnet serve` (tools/serve/), without HTTP: every sequence
+// gets the same bits alone and in batches of any size (and the check would see one bit of
+// influence between rows); a request's output is the same alone or beside others; a continued
+// state equals one longer request; cancelled requests leave; sessions spill to disk, come back
+// after a restart and are never named by a path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <retnet/retnet.hpp>
 
@@ -53,7 +57,7 @@ JobParams params(const std::string& prompt, int64_t max_tokens, uint64_t seed,
 }
 
 /// One compute thread: these tests check scheduling, and the machines that run them are shared
-/// (ARowSeesTheSameArithmeticInAnyBatch checks the arithmetic with the default threads).
+/// (the ServeBatch tests check the arithmetic with the default threads).
 EngineOptions one_thread() {
   EngineOptions o;
   o.threads = 1;
@@ -78,16 +82,17 @@ std::shared_ptr<Job> make_job(const std::string& prompt, int64_t max_tokens, uin
   return make_job(params(prompt, max_tokens, seed, temperature));
 }
 
-TEST(ServeBatch, ARowSeesTheSameArithmeticInAnyBatch) {
-  auto& f = fixture();
-  const auto& model = f.model;
+// ---------------------------------------------------------------- a row of the batched step
+
+/// `n` sequences that have read prompts of different lengths and contents: their states, and so
+/// their logits, differ from one another.
+std::vector<ModelState<float>> read_sequences(Index n) {
+  const auto& model = fixture().model;
   std::mt19937 rng(3);
-  // Sixteen sequences that have read prompts of different lengths.
-  const Index n = max_invariant_rows();
   std::vector<ModelState<float>> states;
   Workspace<float> ws;
   for (Index i = 0; i < n; ++i) {
-    TokenMatrix t(1, 3 + i * 5);
+    TokenMatrix t(1, 3 + (i * 5) % 41);
     for (Index j = 0; j < t.cols(); ++j) t(0, j) = int32_t(32 + rng() % 90);
     auto s = model.new_state(1);
     model.forward_segments(
@@ -95,41 +100,173 @@ TEST(ServeBatch, ARowSeesTheSameArithmeticInAnyBatch) {
         LogitsMode::kNone);
     states.push_back(std::move(s));
   }
-  // Sequence 0 stepped alone (padded to a row group), three steps, logits kept.
-  const std::vector<int32_t> feed = {'a', 'b', 'c'};
-  std::vector<Matrix<float>> alone;
-  {
-    DecodeBatch batch(model);
-    batch.add(states[0]);
-    Matrix<float> logits;
-    for (int32_t t : feed) {
-      std::vector<int32_t> tokens(static_cast<size_t>(batch.rows()), 0);
-      tokens[0] = t;
-      model.step(tokens, batch.state(), ws, logits);
-      alone.push_back(logits.row(0));
-    }
+  return states;
+}
+
+/// The token sequence `i` reads at step `s` (each sequence its own).
+int32_t feed(size_t i, int s) {
+  return int32_t(32 + (i * 7 + size_t(s) * 13) % 90);
+}
+
+/// What stepping did to each sequence, indexed by sequence (not by row): its logits after each
+/// step and its state after the last.
+struct Trace {
+  std::vector<std::vector<Matrix<float>>> logits;  // [sequence][step]: 1 x vocab
+  std::vector<ModelState<float>> states;
+};
+
+/// One batched decoding step: (tokens, state, logits). The model's own, or a test's variant.
+using StepFn = std::function<void(const std::vector<int32_t>&, ModelState<float>&, Matrix<float>&)>;
+
+/// Puts sequences `order[0]`, `order[1]`, ... into rows 0, 1, ... of a DecodeBatch and steps it
+/// `steps` times, each sequence reading its own tokens.
+Trace run_batch(const std::vector<ModelState<float>>& sequences, const std::vector<size_t>& order,
+                int steps, const StepFn& step) {
+  DecodeBatch batch;
+  for (size_t i : order) batch.add(sequences[i]);
+  Trace t;
+  t.logits.resize(sequences.size());
+  t.states.resize(sequences.size());
+  Matrix<float> logits;
+  std::vector<int32_t> tokens(order.size());
+  for (int s = 0; s < steps; ++s) {
+    for (size_t r = 0; r < order.size(); ++r) tokens[r] = feed(order[r], s);
+    step(tokens, batch.state(), logits);
+    EXPECT_EQ(logits.rows(), Index(order.size()));  // exactly the active rows, no padding
+    for (size_t r = 0; r < order.size(); ++r) t.logits[order[r]].push_back(logits.row(Index(r)));
   }
-  // The same sequence in row `row` of batches of every size up to the invariant bound.
-  for (Index size = 2; size <= n; ++size) {
-    const Index row = (size * 7) % size;  // a different row for different sizes
-    DecodeBatch batch(model);
-    for (Index i = 0, other = 1; i < size; ++i) batch.add(i == row ? states[0] : states[other++]);
-    Matrix<float> logits;
-    for (size_t s = 0; s < feed.size(); ++s) {
-      std::vector<int32_t> tokens(static_cast<size_t>(batch.rows()), int32_t('x'));
-      tokens[row] = feed[s];
-      model.step(tokens, batch.state(), ws, logits);
-      ASSERT_EQ(std::memcmp(logits.row(row).data(), alone[s].data(),
-                            sizeof(float) * size_t(alone[s].size())),
-                0)
-          << "batch of " << size << ", row " << row << ", step " << s;
+  for (size_t r = 0; r < order.size(); ++r) t.states[order[r]] = batch.extract(Index(r));
+  return t;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/// Empty when sequence `i` went through the same bits in `got` as in `want`; else where not.
+std::string difference(const Trace& want, const Trace& got, size_t i) {
+  for (size_t s = 0; s < want.logits[i].size(); ++s) {
+    const auto& a = want.logits[i][s];
+    const auto& b = got.logits[i][s];
+    if (a.size() != b.size() || !same_bits(a.data(), b.data(), size_t(a.size())))
+      return "logits of step " + std::to_string(s);
+  }
+  const auto& a = want.states[i];
+  const auto& b = got.states[i];
+  if (a.positions != b.positions) return "positions";
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    if (!same_bits(a.layers[l].data(), b.layers[l].data(), size_t(a.layers[l].size())))
+      return "state of layer " + std::to_string(l);
+  return "";
+}
+
+constexpr int kSteps = 4;
+// Odd sizes; both sides of the panel kernel's register block of rows (PanelKernel::kRows: 7 with
+// AVX-512, 2 with AVX2) and of the end of its few-rows path (2 blocks: 14 and 4 rows); and beyond
+// 16 rows (its many-rows path on every build).
+const std::vector<size_t> kBatchSizes = {2, 3, 4, 5, 7, 8, 9, 13, 14, 15, 16, 17, 24, 33};
+
+/// Each sequence stepped alone: what every batch must reproduce.
+const Trace& alone_traces() {
+  static const Trace t = [] {
+    const auto& model = fixture().model;
+    const auto sequences = read_sequences(Index(kBatchSizes.back()));
+    Trace all;
+    all.logits.resize(sequences.size());
+    all.states.resize(sequences.size());
+    Workspace<float> ws;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      Trace one = run_batch(sequences, {i}, kSteps, [&](const auto& tokens, auto& state, auto& lg) {
+        model.step(tokens, state, ws, lg);
+      });
+      all.logits[i] = std::move(one.logits[i]);
+      all.states[i] = std::move(one.states[i]);
+    }
+    return all;
+  }();
+  return t;
+}
+
+/// The first `size` sequences in a shuffled order: each lands in other rows in other batches.
+std::vector<size_t> shuffled(size_t size, std::mt19937& rng) {
+  std::vector<size_t> order(size);
+  for (size_t i = 0; i < size; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+TEST(ServeBatch, EverySequenceGetsTheSameBitsAloneAndInBatchesOfAnySize) {
+  const auto& model = fixture().model;
+  const auto sequences = read_sequences(Index(kBatchSizes.back()));
+  const Trace& alone = alone_traces();
+  // The sequences differ from one another at every step, so a row that took anything from
+  // another row would change.
+  for (size_t i = 1; i < sequences.size(); ++i)
+    for (int s = 0; s < kSteps; ++s)
+      ASSERT_FALSE(same_bits(alone.logits[0][s].data(), alone.logits[i][s].data(),
+                             size_t(alone.logits[0][s].size())))
+          << "sequences 0 and " << i << " have the same logits at step " << s;
+  Workspace<float> ws;  // one workspace for every size, as the engine's
+  const StepFn step = [&](const auto& tokens, auto& state, auto& logits) {
+    model.step(tokens, state, ws, logits);
+  };
+  std::mt19937 rng(11);
+  for (size_t size : kBatchSizes) {
+    const auto order = shuffled(size, rng);
+    const Trace together = run_batch(sequences, order, kSteps, step);
+    for (size_t r = 0; r < size; ++r) {
+      const size_t i = order[r];
+      EXPECT_EQ(difference(alone, together, i), "")
+          << "sequence " << i << " in row " << r << " of a batch of " << size;
     }
   }
 }
 
-TEST(ServeBatch, RemovingARowMovesTheLastIntoIt) {
+TEST(ServeBatch, TheCheckSeesOneBitOfInfluenceFromAnotherRow) {
+  // The check above would fail if rows influenced each other: a step that lets another row
+  // change one logit of a row by one unit in the last place, or one value of its state, is
+  // caught in every batch of more than one row.
+  const auto& model = fixture().model;
+  const auto sequences = read_sequences(Index(kBatchSizes.back()));
+  const Trace& alone = alone_traces();
+  Workspace<float> ws;
+  // One unit in the last place, up or down as another row's first logit says.
+  const auto leak = [](float v, float other) {
+    return std::nextafter(v, other > 0 ? INFINITY : -INFINITY);
+  };
+  const StepFn leaky_logits = [&](const auto& tokens, auto& state, auto& logits) {
+    model.step(tokens, state, ws, logits);
+    for (Index r = 0; r < logits.rows() && logits.rows() > 1; ++r) {
+      logits(r, 5) = leak(logits(r, 5), logits((r + 1) % logits.rows(), 0));
+    }
+  };
+  const StepFn leaky_state = [&](const auto& tokens, auto& state, auto& logits) {
+    model.step(tokens, state, ws, logits);
+    const Index rows = state.batch(), block = state.layers[0].size() / rows;
+    for (Index r = 0; r < rows && rows > 1; ++r) {
+      float& v = state.layers[0].data()[r * block + 7];
+      v = leak(v, logits((r + 1) % rows, 0));
+    }
+  };
+  std::mt19937 rng(11);
+  for (const StepFn* step : {&leaky_logits, &leaky_state}) {
+    for (size_t size : {size_t(3), size_t(17)}) {
+      const auto order = shuffled(size, rng);
+      const Trace together = run_batch(sequences, order, kSteps, *step);
+      for (size_t r = 0; r < size; ++r)
+        EXPECT_NE(difference(alone, together, order[r]), "")
+            << (step == &leaky_logits ? "logits" : "state") << " leak not seen in row " << r
+            << " of " << size;
+    }
+  }
+  // Alone, the leaky steps change nothing: the differences above come from the other rows.
+  const Trace one = run_batch(sequences, {0}, kSteps, leaky_state);
+  EXPECT_EQ(difference(alone, one, 0), "");
+}
+
+TEST(ServeBatch, RowsLeaveAndJoinWithoutPadding) {
   auto& f = fixture();
-  DecodeBatch batch(f.model);
+  DecodeBatch batch;
   std::vector<ModelState<float>> states;
   for (int i = 0; i < 6; ++i) {
     auto s = f.model.new_state(1);
@@ -137,52 +274,72 @@ TEST(ServeBatch, RemovingARowMovesTheLastIntoIt) {
     s.layers[0].data()[0] = float(i);
     states.push_back(s);
     EXPECT_EQ(batch.add(s), i);
+    EXPECT_EQ(batch.state().batch(), i + 1);  // exactly the sequences, whatever their number
   }
-  EXPECT_EQ(batch.rows(), 8);
   EXPECT_EQ(batch.remove(1), 5);  // row 5 moves into row 1
   EXPECT_EQ(batch.extract(1).positions[0], 15);
   EXPECT_EQ(batch.remove(4), 4);
-  EXPECT_EQ(batch.rows(), 4);  // 4 left: one row group
+  EXPECT_EQ(batch.size(), 4);
+  EXPECT_EQ(batch.state().batch(), 4);  // the rows that left are gone before a step
   EXPECT_EQ(batch.extract(1).layers[0].data()[0], 5.0f);
+  EXPECT_EQ(batch.extract(3).positions[0], 13);
+  // One leaves and one joins between two steps: the new one takes the row that was freed,
+  // without a reallocation.
+  const float* before = batch.state().layers[0].data();
+  EXPECT_EQ(batch.remove(0), 3);
+  EXPECT_EQ(batch.add(states[4]), 3);
+  EXPECT_EQ(batch.state().layers[0].data(), before);
+  EXPECT_EQ(batch.extract(0).positions[0], 13);
+  EXPECT_EQ(batch.extract(3).positions[0], 14);
   for (int i = 3; i >= 0; --i) batch.remove(i);
-  EXPECT_EQ(batch.rows(), 0);
+  EXPECT_EQ(batch.size(), 0);
+  EXPECT_EQ(batch.state().batch(), 0);
 }
 
 TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
   auto& f = fixture();
-  const std::vector<std::string> prompts = {"ROMEO:",
-                                            "JULIET:\nO Romeo",
-                                            "a",
-                                            "KING RICHARD II:\n",
-                                            "First Citizen:\nBefore we proceed any further",
-                                            "\n",
-                                            "To be",
-                                            "MENENIUS:",
-                                            "What, ho!",
-                                            "Z"};
+  std::vector<std::string> prompts = {"ROMEO:",
+                                      "JULIET:\nO Romeo",
+                                      "a",
+                                      "KING RICHARD II:\n",
+                                      "First Citizen:\nBefore we proceed any further",
+                                      "\n",
+                                      "To be",
+                                      "MENENIUS:",
+                                      "What, ho!",
+                                      "Z"};
+  for (int i = 0; i < 14; ++i) prompts.push_back("Speaker " + std::to_string(i) + ":");
+  const auto make = [&](size_t i) {
+    // Lengths that make requests leave one by one while others are still joining.
+    return make_job(prompts[i], 60 + int64_t(i) * 3, 100 + i);
+  };
   EngineOptions options = one_thread();
-  options.max_batch = 8;
-  options.prefill_chunk = 4;  // prompts take several turns, interleaved with steps
+  options.max_batch = 32;
+  options.prefill_chunk = 8;  // prompts take one to six turns, interleaved with steps
   std::vector<std::string> alone;
   {
     Engine engine(f.model, f.tokenizer, options);
     for (size_t i = 0; i < prompts.size(); ++i) {
-      auto job = make_job(prompts[i], 30 + int64_t(i) * 3, 100 + i);
+      auto job = make(i);
       ASSERT_TRUE(engine.submit(job));
       alone.push_back(drain(*job));
       ASSERT_EQ(alone.back().rfind("ERROR", 0), std::string::npos) << alone.back();
     }
+    EXPECT_EQ(settled(engine).largest_step, 1u);
   }
   Engine engine(f.model, f.tokenizer, options);
   std::vector<std::shared_ptr<Job>> jobs;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    jobs.push_back(make_job(prompts[i], 30 + int64_t(i) * 3, 100 + i));
+    jobs.push_back(make(i));
     ASSERT_TRUE(engine.submit(jobs.back()));
   }
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(drain(*jobs[i]), alone[i]) << prompts[i];
   const auto stats = settled(engine);
   EXPECT_EQ(stats.completed, prompts.size());
   EXPECT_EQ(stats.decoding, 0u);
+  // The batch grew one request per turn past 16 rows and shrank one by one: it was stepped with
+  // every number of rows from 1 to its largest.
+  EXPECT_GT(stats.largest_step, 16u);
 }
 
 TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {

@@ -61,9 +61,7 @@ const std::vector<Flag> kFlags = {
     {"--port", "PORT", "8080", "port (0: any free port, printed at start)", true, 0, 65535},
     {"--api-key", "KEY", nullptr,
      "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no key)"},
-    {"--max-batch", "N", "8",
-     "requests decoded together in one step (at most 16 with AVX-512, 8 with AVX2, 4 without)",
-     true, 1, 1 << 20},
+    {"--max-batch", "N", "8", "requests decoded together in one step (at most 256)", true, 1, 256},
     {"--sessions-dir", "DIR", nullptr, "keep sessions here too (they survive a restart)"},
     {"--sessions-memory", "MB", "512", "memory for session states (least recently used out)", true,
      0, 1 << 24},
@@ -212,7 +210,7 @@ struct Server {
              {{"queued", e.queued},
               {"prefilling", e.prefilling},
               {"decoding", e.decoding},
-              {"batch_rows", e.batch_rows},
+              {"largest_step", e.largest_step},
               {"completed", e.completed},
               {"cancelled", e.cancelled},
               {"failed", e.failed},
@@ -626,15 +624,6 @@ int run(const Args& args) {
                         args.has("--sessions-dir") ? args.str("--sessions-dir") : "");
   EngineOptions options;
   options.max_batch = args.integer("--max-batch");
-  if (options.max_batch > max_invariant_rows()) {
-    // A larger step would change how the panel kernel sums each row, and a request's output
-    // would then depend on what else is running (serve/engine.hpp).
-    std::fprintf(stderr,
-                 "retnet serve: --max-batch %ld lowered to %ld, the most rows this build's kernel "
-                 "sums alike in one step\n",
-                 long(options.max_batch), long(max_invariant_rows()));
-    options.max_batch = max_invariant_rows();
-  }
   options.prefill_chunk = args.integer("--prefill-chunk");
   options.threads = args.has("--threads") ? int(args.integer("--threads")) : 0;
   options.max_queue = size_t(args.integer("--max-queue"));

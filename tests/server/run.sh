@@ -55,9 +55,10 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null' EXIT
 start_server() {
   [ -f "$work/server.log" ] && port_lines=$(grep -c listening "$work/server.log") || port_lines=0
   # Through the CLI, so that `retnet serve` running retnet-serve is tested too. One compute
-  # thread: the test machine is shared and small.
+  # thread: the test machine is shared and small. Up to 32 requests in a step: the 32
+  # concurrent streams share steps of any number of rows.
   "$cli" serve -m "$model" --host 127.0.0.1 --port 0 --threads 1 --api-key "$key" \
-    --max-batch 8 --sessions-dir "$sessions" --sessions-memory 1 >>"$work/server.log" 2>&1 &
+    --max-batch 32 --sessions-dir "$sessions" --sessions-memory 1 >>"$work/server.log" 2>&1 &
   pid=$!
   port=
   for _ in $(seq 300); do

@@ -2,20 +2,21 @@
 // workspaces. Each turn of its loop
 //   1. takes new requests and drops cancelled ones (a cancelled request leaves the batch here,
 //      before the next step);
-//   2. reads one chunk of one waiting prompt (so running streams wait at most one chunk);
-//   3. advances every decoding request by one token in one batched step, samples each with its
-//      own seeded Sampler and hands the text to the request's reader.
+//   2. reads one chunk of one waiting prompt into a state of its own (so running streams wait
+//      at most one chunk); a prompt read to its end joins the batch as one more row;
+//   3. advances every decoding request by one token in one batched step of exactly as many rows
+//      as there are decoding requests, samples each row with the request's own seeded Sampler
+//      and hands the text to the request's reader.
 // A finished request leaves the batch in the same turn. HTTP threads only submit jobs and read
 // their updates; they never touch the model.
 //
-// Same seed, same output, alone or beside others: a row of the batched step must see the same
-// arithmetic whatever the other rows are. Every operation of a step treats rows alike except the
-// panel kernel (ops/linear.hpp): it splits the sums of a block of 1-2 rows into interleaved
-// partial sums that a block of 4 or more does not, and changes its blocking above
-// max_invariant_rows(). So the batch is always stepped with a multiple of kRowGroup = 4 rows
-// (idle rows pad it) and at most max_invariant_rows() rows: every row then goes through the same
-// block shape. tests/test_serve_engine.cpp checks this bit for bit. (A kernel that summed every
-// block alike would let kRowGroup be 1: docs/PERFORMANCE.md, "retnet serve".)
+// Same seed, same output, alone or beside others: nothing a row of the batched step computes
+// depends on the other rows. Sampling, the norms, the rotation and the retention state are per
+// row, and every row of `linear()` (ops/linear.hpp) is one chain of multiply-adds in the same
+// order whatever the number of rows. So the batch is stepped with its active rows and no more,
+// in any number up to --max-batch, and a request's text does not depend on what else runs.
+// tests/test_serve_engine.cpp checks it bit for bit (each sequence alone against batches of 1
+// to more than 16 rows, and through the engine).
 #pragma once
 
 #include <algorithm>
@@ -41,12 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 inline double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-/// Rows per step beyond which the panel kernel would change how it sums a row (its few-rows
-/// path ends at two register blocks of rows).
-inline Index max_invariant_rows() {
-  return 2 * detail::PanelKernel<float>::kRows;
 }
 
 /// The log-probability of one generated token and of the most likely alternatives.
@@ -138,24 +133,30 @@ class Job {
   Clock::time_point submitted_ = Clock::now();
 };
 
-/// The decoding batch's state: sequence i in row i for i < size(), idle rows after them up to a
-/// multiple of kRowGroup. Adding or removing a sequence copies one row (the last row fills a
-/// hole); crossing a multiple of kRowGroup reallocates the state.
+/// The decoding batch's state: sequence i in row i for i < size(). Adding a sequence copies its
+/// state into a spare row when there is one, else reallocates with one more row; removing one
+/// moves the last row into its place and leaves a spare row at the end. state() drops the spare
+/// rows (one reallocation however many left in a turn), so a step runs exactly size() rows, and
+/// a request that leaves while another joins costs no reallocation.
 class DecodeBatch {
  public:
-  static constexpr Index kRowGroup = 4;
-
-  explicit DecodeBatch(const RetNetModel<float>& model) : model_(model) {}
-
   Index size() const { return count_; }
-  Index rows() const { return count_ ? state_.batch() : 0; }
-  ModelState<float>& state() { return state_; }
+
+  /// The state of the size() sequences, for a step.
+  ModelState<float>& state() {
+    if (state_.batch() != count_) resize(count_);
+    return state_;
+  }
 
   /// Appends a sequence (a state of batch 1); returns its row.
-  Index add(const ModelState<float>& one) {
-    const Index need = (count_ + 1 + kRowGroup - 1) / kRowGroup * kRowGroup;
-    if (count_ == 0 || state_.batch() != need) reshape(need);
-    copy_row(one, 0, state_, count_);
+  Index add(ModelState<float> one) {
+    RETNET_REQUIRE(one.batch() == 1, "DecodeBatch::add: a state of batch 1 is expected");
+    if (count_ == 0) {
+      state_ = std::move(one);
+    } else {
+      if (state_.batch() == count_) resize(count_ + 1);
+      copy_row(one, 0, state_, count_);
+    }
     return count_++;
   }
 
@@ -164,13 +165,7 @@ class DecodeBatch {
   Index remove(Index r) {
     const Index last = count_ - 1;
     if (r != last) copy_row(state_, last, state_, r);
-    --count_;
-    if (count_ == 0) {
-      state_ = ModelState<float>{};  // an idle server holds no batch state
-    } else {
-      const Index need = (count_ + kRowGroup - 1) / kRowGroup * kRowGroup;
-      if (need < state_.batch()) reshape(need);
-    }
+    if (--count_ == 0) state_ = ModelState<float>{};  // an idle server holds no batch state
     return last;
   }
 
@@ -186,13 +181,23 @@ class DecodeBatch {
   }
 
  private:
-  void reshape(Index rows) {
-    ModelState<float> next = model_.new_state(rows);  // idle rows: zero state
-    for (Index r = 0; r < std::min(count_, rows); ++r) copy_row(state_, r, next, r);
+  /// `rows` rows, the first min(size(), rows) kept; rows beyond them are left unset (add()
+  /// writes them).
+  void resize(Index rows) {
+    ModelState<float> next;
+    next.positions.assign(static_cast<size_t>(rows), 0);
+    next.layers.reserve(state_.layers.size());  // Eigen tensors are copied when a vector grows
+    const Index keep = std::min(count_, rows);
+    for (const auto& layer : state_.layers) {
+      RetentionState<float> t(rows, layer.dimension(1), layer.dimension(2), layer.dimension(3));
+      const Index block = layer.size() / state_.batch();
+      std::copy_n(layer.data(), keep * block, t.data());
+      next.layers.push_back(std::move(t));
+    }
+    std::copy_n(state_.positions.begin(), keep, next.positions.begin());
     state_ = std::move(next);
   }
 
-  const RetNetModel<float>& model_;
   ModelState<float> state_;
   Index count_ = 0;
 };
@@ -205,14 +210,15 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  size_t queued = 0, prefilling = 0, decoding = 0, batch_rows = 0;
+  size_t queued = 0, prefilling = 0, decoding = 0;
+  size_t largest_step = 0;  // the most rows one step has run
   uint64_t completed = 0, cancelled = 0, failed = 0, tokens = 0, steps = 0;
 };
 
 class Engine {
  public:
   Engine(const RetNetModel<float>& model, const Tokenizer& tokenizer, EngineOptions options)
-      : model_(model), tokenizer_(tokenizer), options_(options), batch_(model) {
+      : model_(model), tokenizer_(tokenizer), options_(options) {
     RETNET_REQUIRE(options_.max_batch >= 1, "max_batch must be >= 1");
     RETNET_REQUIRE(options_.prefill_chunk >= 1, "prefill_chunk must be >= 1");
     sample_vocab_ = std::min<int64_t>(model_.config().vocab_size, tokenizer_.vocab_size());
@@ -312,7 +318,6 @@ class Engine {
     waiting_count_ = waiting_.size();
     stats_.prefilling = prefilling_ ? 1 : 0;
     stats_.decoding = static_cast<size_t>(batch_.size());
-    stats_.batch_rows = static_cast<size_t>(batch_.rows());
   }
 
   void count(uint64_t EngineStats::*field, uint64_t n = 1) {
@@ -417,7 +422,7 @@ class Engine {
       prefilling_.reset();
       return;
     }
-    batch_.add(r.state);
+    batch_.add(std::move(r.state));
     r.state = ModelState<float>{};
     decoding_.push_back(std::move(prefilling_));
   }
@@ -427,13 +432,16 @@ class Engine {
   enum class Outcome { kGoing, kLength, kStop, kFailed };
 
   void decode_step() {
-    const Index rows = batch_.rows();
-    step_tokens_.assign(static_cast<size_t>(rows), 0);
-    for (Index r = 0; r < batch_.size(); ++r) step_tokens_[r] = decoding_[r]->pending;
-    model_.step(step_tokens_, batch_.state(), ws_step_, logits_);
-    count(&EngineStats::steps);
-
     const Index n = batch_.size();
+    step_tokens_.resize(static_cast<size_t>(n));
+    for (Index r = 0; r < n; ++r) step_tokens_[r] = decoding_[r]->pending;
+    model_.step(step_tokens_, batch_.state(), ws_step_, logits_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.steps;
+      stats_.largest_step = std::max(stats_.largest_step, static_cast<size_t>(n));
+    }
+
     outcomes_.assign(static_cast<size_t>(n), Outcome::kGoing);
     errors_.assign(static_cast<size_t>(n), std::string());
     const auto sample_one = [&](Index r) {
