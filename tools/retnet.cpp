@@ -1,6 +1,7 @@
 // The `retnet` command line: generate text, score text, benchmark. A thin frontend over the
-// library: each subcommand declares its flags once (name, default, range, help), which drive
-// both parsing and --help; the work is done by Generator and RetNetModel.
+// library: each subcommand declares its flags once (name, default, range, help) in the tables of
+// tools/flags.hpp, which drive both parsing and --help (`retnet serve` shares them); the work is
+// done by Generator and RetNetModel.
 // Every error ends in one line on stderr and a non-zero exit status.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -27,53 +28,27 @@
 #include <thread>
 #include <vector>
 
+#include "flags.hpp"
+
 namespace {
 
 using Model = retnet::RetNetModel<float>;
 using retnet::Index;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// ---------------------------------------------------------------- flags (tools/flags.hpp)
 
-// ---------------------------------------------------------------- flags
+using retnet::tools::Args;
+using retnet::tools::Flag;
+using retnet::tools::help_text;
+using retnet::tools::integer;
+using retnet::tools::number;
+using retnet::tools::text;
+using retnet::tools::threads_flag;
+using retnet::tools::toggle;
+using retnet::tools::UsageError;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-/// One flag of a subcommand: what it is called, what it takes, its default and its range.
-struct Flag {
-  enum Kind { kSwitch, kText, kInteger, kNumber };
-  const char* name;
-  Kind kind;
-  const char* value_name;  // shown in --help: "N", "T", ...; nullptr for switches
-  const char* fallback;    // default value (parsed like a given one); nullptr: none
-  const char* help;
-  double min = 0, max = 0;  // inclusive range of kInteger and kNumber
-};
-
-Flag text(const char* name, const char* value_name, const char* fallback, const char* help) {
-  return {name, Flag::kText, value_name, fallback, help};
-}
-Flag integer(const char* name, const char* value_name, const char* fallback, double min, double max,
-             const char* help) {
-  return {name, Flag::kInteger, value_name, fallback, help, min, max};
-}
-Flag number(const char* name, const char* value_name, const char* fallback, double min, double max,
-            const char* help) {
-  return {name, Flag::kNumber, value_name, fallback, help, min, max};
-}
-Flag toggle(const char* name, const char* help) {
-  return {name, Flag::kSwitch, nullptr, nullptr, help};
-}
-
-/// Threads beyond a few per hardware thread only add overhead (and OpenMP fails somewhere in the
-/// tens of thousands), so --threads is capped at 4 x the hardware's.
-const double kMaxThreads = 4.0 * std::max(1u, std::thread::hardware_concurrency());
-
-Flag threads_flag() {
-  return integer("--threads", "N", nullptr, 1, kMaxThreads,
-                 "threads (default: all cores; at most 4 x the hardware threads)");
-}
 Flag model_flag() {
   return text("-m", "DIR", nullptr, "model folder (config.json + weights)");
 }
@@ -84,99 +59,6 @@ Flag weights_flag() {
 Flag chunk_flag() {
   return integer("--chunk-size", "C", nullptr, 1, 1 << 20,
                  "chunk size of the chunkwise form (default: the config's)");
-}
-
-/// The parsed command line of one subcommand; every lookup goes through the flag's declaration.
-class Args {
- public:
-  Args(const std::string& command, const std::vector<Flag>& flags, int argc, char** argv)
-      : command_(command), flags_(flags) {
-    for (int i = 0; i < argc; ++i) {
-      const std::string arg = std::string(argv[i]) == "-h" ? "--help" : argv[i];
-      if (arg == "--help") {
-        values_[arg] = "1";
-        continue;
-      }
-      const Flag* f = find(arg);
-      if (!f)
-        throw UsageError(command + ": unknown argument '" + arg + "' (see retnet " + command +
-                         " --help)");
-      if (f->kind == Flag::kSwitch) {
-        values_[arg] = "1";
-      } else {
-        if (i + 1 >= argc) throw UsageError(command + ": " + arg + " needs a value");
-        values_[arg] = argv[++i];
-      }
-    }
-    for (const auto& [name, value] : values_)
-      if (name != "--help") check(*find(name), value);
-  }
-
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string str(const std::string& name) const { return value(name); }
-  int64_t integer(const std::string& name) const { return std::stoll(value(name)); }
-  double number(const std::string& name) const { return std::stod(value(name)); }
-
- private:
-  const Flag* find(const std::string& name) const {
-    for (const Flag& f : flags_)
-      if (name == f.name) return &f;
-    return nullptr;
-  }
-
-  std::string value(const std::string& name) const {
-    if (auto it = values_.find(name); it != values_.end()) return it->second;
-    const Flag* f = find(name);
-    if (!f || !f->fallback) throw UsageError(command_ + ": " + name + " is required");
-    return f->fallback;
-  }
-
-  /// Integers are read as 64-bit and numbers as doubles; anything malformed or outside the
-  /// declared range is refused, never wrapped or saturated.
-  void check(const Flag& f, const std::string& v) const {
-    if (f.kind != Flag::kInteger && f.kind != Flag::kNumber) return;
-    const std::string range = "[" + format(f.min, f) + ", " + format(f.max, f) + "]";
-    char* end = nullptr;
-    errno = 0;
-    double x = 0;
-    if (f.kind == Flag::kInteger) {
-      const long long i = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0')
-        throw UsageError(command_ + ": " + f.name + " expects an integer, got '" + v + "'");
-      if (errno == ERANGE || i < f.min || i > f.max)
-        throw UsageError(command_ + ": " + f.name + " must be in " + range + ", got " + v);
-      return;
-    }
-    x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !std::isfinite(x))
-      throw UsageError(command_ + ": " + f.name + " expects a number, got '" + v + "'");
-    if (x < f.min || x > f.max)
-      throw UsageError(command_ + ": " + f.name + " must be in " + range + ", got " + v);
-  }
-
-  static std::string format(double x, const Flag& f) {
-    if (f.kind == Flag::kInteger) return std::to_string(static_cast<long long>(x));
-    std::ostringstream s;
-    s << x;
-    return s.str();
-  }
-
-  std::string command_;
-  const std::vector<Flag>& flags_;
-  std::map<std::string, std::string> values_;
-};
-
-/// --help text from the declarations.
-std::string help_text(const std::string& usage, const std::string& summary,
-                      const std::vector<Flag>& flags) {
-  std::string out = "usage: " + usage + "\n" + summary + "\n";
-  for (const Flag& f : flags) {
-    std::string left =
-        std::string("  ") + f.name + (f.value_name ? " " : "") + (f.value_name ? f.value_name : "");
-    left.resize(std::max<size_t>(left.size() + 2, 24), ' ');
-    out += left + f.help + (f.fallback ? std::string(" (default ") + f.fallback + ")" : "") + "\n";
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------- shared helpers
@@ -773,7 +655,7 @@ int main(int argc, char** argv) {
   }
   try {
     const Args args(name, command->flags, argc - 2, argv + 2);
-    if (args.has("--help"))
+    if (args.help())
       return std::fputs(help_text(command->usage, command->summary, command->flags).c_str(),
                         stdout),
              0;

@@ -20,7 +20,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <retnet/retnet.hpp>
 #include <retnet/tokenizers.hpp>
@@ -28,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "flags.hpp"
 #include "serve/api.hpp"
 #include "serve/engine.hpp"
 #include "serve/page.hpp"
@@ -38,104 +38,51 @@ namespace {
 using namespace retnet::serve;
 using Model = retnet::RetNetModel<float>;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using retnet::tools::Args;
+using retnet::tools::Flag;
+using retnet::tools::integer;
+using retnet::tools::text;
+using retnet::tools::UsageError;
 
-// ---------------------------------------------------------------- flags
+// ---------------------------------------------------------------- flags (tools/flags.hpp)
 
-struct Flag {
-  const char* name;
-  const char* value_name;
-  const char* fallback;  // nullptr: none
-  const char* help;
-  bool integer = false;
-  double min = 0, max = 0;
-};
-
-const double kHardwareThreads = std::max(1u, std::thread::hardware_concurrency());
+/// The most sequences one step decodes. Nothing in a step limits the rows (each row's result is
+/// the same whatever the others are, docs/SERVER.md), but every row holds a state (5.3 MB for
+/// the base config, hundreds of MB for a large model) and more rows than cores keep busy only
+/// make every stream slower.
+constexpr int kMaxBatch = 256;
 
 const std::vector<Flag> kFlags = {
-    {"-m", "DIR", nullptr, "model folder (config.json + weights [+ tokenizer])"},
-    {"--host", "HOST", "127.0.0.1", "address to listen on"},
-    {"--port", "PORT", "8080", "port (0: any free port, printed at start)", true, 0, 65535},
-    {"--api-key", "KEY", nullptr,
-     "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no key)"},
-    {"--max-batch", "N", "8", "requests decoded together in one step (at most 256)", true, 1, 256},
-    {"--sessions-dir", "DIR", nullptr, "keep sessions here too (they survive a restart)"},
-    {"--sessions-memory", "MB", "512", "memory for session states (least recently used out)", true,
-     0, 1 << 24},
-    {"--threads", "N", nullptr, "compute threads (default: all cores)", true, 1,
-     4 * kHardwareThreads},
-    {"--prefill-chunk", "N", "64", "prompt tokens read between two decoding steps", true, 1,
-     1 << 16},
-    {"--max-tokens", "N", "4096", "the largest max_tokens a request may ask for", true, 1, 1 << 24},
-    {"--max-body", "BYTES", "1048576", "larger request bodies are refused (413)", true, 1024,
-     1 << 30},
-    {"--max-queue", "N", "256", "requests waiting beyond this are refused (503)", true, 1, 1 << 20},
-    {"--http-threads", "N", "64", "connections served at once (a stream holds one)", true, 2, 4096},
-    {"--random-weights", "CONFIG", nullptr,
-     "(development) a config.json with random weights instead of -m, as `retnet bench --config`"},
+    text("-m", "DIR", nullptr, "model folder (config.json + weights [+ tokenizer])"),
+    text("--host", "HOST", "127.0.0.1", "address to listen on"),
+    integer("--port", "PORT", "8080", 0, 65535, "port (0: any free port, printed at start)"),
+    text("--api-key", "KEY", nullptr,
+         "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no key)"),
+    integer("--max-batch", "N", "8", 1, kMaxBatch,
+            "requests decoded together in one step (at most 256)"),
+    text("--sessions-dir", "DIR", nullptr, "keep sessions here too (they survive a restart)"),
+    integer("--sessions-memory", "MB", "512", 0, 1 << 24,
+            "memory for session states (least recently used out)"),
+    retnet::tools::threads_flag(),
+    integer("--prefill-chunk", "N", "64", 1, 1 << 16,
+            "prompt tokens read between two decoding steps"),
+    integer("--max-tokens", "N", "4096", 1, 1 << 24,
+            "the largest max_tokens a request may ask for"),
+    integer("--max-body", "BYTES", "1048576", 1024, 1 << 30,
+            "larger request bodies are refused (413)"),
+    integer("--max-queue", "N", "256", 1, 1 << 20,
+            "requests waiting beyond this are refused (503)"),
+    integer("--http-threads", "N", "64", 2, 4096,
+            "connections served at once (a stream holds one)"),
+    text("--random-weights", "CONFIG", nullptr,
+         "(development) a config.json with random weights instead of -m, as `retnet bench "
+         "--config`"),
 };
 
-std::string help_text() {
-  std::string out =
-      "usage: retnet serve -m DIR [options]\n"
-      "An OpenAI-compatible HTTP server (docs/SERVER.md): /v1/completions with continuous\n"
-      "batching, sessions that continue from a fixed-size state, a page at /.\n";
-  for (const Flag& f : kFlags) {
-    std::string left = std::string("  ") + f.name + " " + f.value_name;
-    left.resize(std::max<size_t>(left.size() + 2, 26), ' ');
-    out += left + f.help + (f.fallback ? std::string(" (default ") + f.fallback + ")" : "") + "\n";
-  }
-  return out;
-}
-
-class Args {
- public:
-  Args(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        help = true;
-        continue;
-      }
-      const Flag* f = find(arg);
-      if (!f) throw UsageError("unknown argument '" + arg + "' (see retnet serve --help)");
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      values_[arg] = argv[++i];
-      if (f->integer) check_integer(*f, values_[arg]);
-    }
-  }
-  bool help = false;
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string str(const std::string& name) const {
-    if (auto it = values_.find(name); it != values_.end()) return it->second;
-    const Flag* f = find(name);
-    if (!f || !f->fallback) throw UsageError(name + " is required");
-    return f->fallback;
-  }
-  int64_t integer(const std::string& name) const { return std::stoll(str(name)); }
-
- private:
-  static const Flag* find(const std::string& name) {
-    for (const Flag& f : kFlags)
-      if (name == f.name) return &f;
-    return nullptr;
-  }
-  static void check_integer(const Flag& f, const std::string& v) {
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0')
-      throw UsageError(std::string(f.name) + " expects an integer, got '" + v + "'");
-    const double max = f.max > 0 ? f.max : 1e18;
-    if (errno == ERANGE || x < f.min || x > max)
-      throw UsageError(std::string(f.name) + " must be in [" + std::to_string(int64_t(f.min)) +
-                       ", " + std::to_string(int64_t(max)) + "], got " + v);
-  }
-  std::map<std::string, std::string> values_;
-};
+const char* const kUsage = "retnet serve -m DIR [options]";
+const char* const kSummary =
+    "An OpenAI-compatible HTTP server (docs/SERVER.md): /v1/completions with continuous\n"
+    "batching, sessions that continue from a fixed-size state, a page at /.";
 
 // ---------------------------------------------------------------- process facts
 
@@ -596,7 +543,7 @@ class RandomWeightsTokenizer : public retnet::ByteTokenizer {
 /// have no trained checkpoint).
 std::unique_ptr<Model> load(const Args& args, std::string& model_id) {
   if (args.has("-m") == args.has("--random-weights"))
-    throw UsageError("give -m DIR (or, for development, --random-weights CONFIG.json)");
+    throw UsageError("serve: give -m DIR (or, for development, --random-weights CONFIG.json)");
   if (args.has("-m")) {
     const std::string dir = args.str("-m");
     model_id = std::filesystem::path(dir).lexically_normal().filename().string();
@@ -663,7 +610,7 @@ int run(const Args& args) {
   else if (!http.bind_to_port(host, port))
     port = -1;
   if (port < 0)
-    throw UsageError("cannot listen on " + host + ":" + args.str("--port") + " (" +
+    throw UsageError("serve: cannot listen on " + host + ":" + args.str("--port") + " (" +
                      std::strerror(errno) + ")");
   http.widen_backlog(512);
 
@@ -699,11 +646,12 @@ int run(const Args& args) {
 
 int main(int argc, char** argv) {
   try {
-    const Args args(argc, argv);
-    if (args.help) return std::fputs(help_text().c_str(), stdout), 0;
+    const Args args("serve", kFlags, argc - 1, argv + 1);
+    if (args.help())
+      return std::fputs(retnet::tools::help_text(kUsage, kSummary, kFlags).c_str(), stdout), 0;
     return run(args);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "retnet serve: %s\n", e.what());
+    std::fprintf(stderr, "retnet: %s\n", e.what());  // "retnet: serve: ...", as the CLI's
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "retnet serve: %s\n", e.what());

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `retnet serve` end to end (ctest "Server"): starts the server through `retnet serve` on
-# 127.0.0.1 (any free port) with the demo model, then
+# `retnet serve` end to end (ctest "Server"): checks its flags (--help, and a bad flag is one line
+# naming the problem, exit status 2), starts the server through `retnet serve` on 127.0.0.1 (any
+# free port) with the demo model, then
 #   client_test.mjs   the official OpenAI client for Node and plain HTTP: completions, streaming,
 #                     stop sequences, logprobs, sessions, errors and bad input, 32 concurrent
 #                     streams against their solo runs, a client leaving mid-stream, 1000
@@ -19,6 +20,28 @@ here=$(cd "$(dirname "$0")" && pwd)
 start=$SECONDS
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; [ -f "$work/server.log" ] && tail -20 "$work/server.log"; exit 1; }
+
+# The flags (tools/flags.hpp, shared with the other commands): no node needed.
+expect_usage_error() {  # text in the message, arguments...
+  local text=$1 out rc lines
+  shift
+  out=$("$cli" serve "$@" 2>&1 >/dev/null)
+  rc=$?
+  lines=$(printf '%s\n' "$out" | wc -l)
+  [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [[ $out == *"$text"* ]] ||
+    fail "retnet serve $*: exit $rc, $lines line(s) on stderr, wanted one with '$text': $out"
+}
+"$cli" serve --help >"$work/help.txt" || fail "retnet serve --help failed"
+grep -q "usage: retnet serve" "$work/help.txt" && grep -q -- "--max-batch N" "$work/help.txt" ||
+  fail "retnet serve --help: $(cat "$work/help.txt")"
+expect_usage_error "unknown argument '--bogus' (see retnet serve --help)" -m "$model" --bogus 1
+expect_usage_error "--port needs a value" -m "$model" --port
+expect_usage_error "--port expects an integer, got 'http'" -m "$model" --port http
+expect_usage_error "--max-batch must be in [1, 256], got 0" -m "$model" --max-batch 0
+expect_usage_error "--max-batch must be in [1, 256], got 257" -m "$model" --max-batch 257
+expect_usage_error "--threads must be in [1, " -m "$model" --threads 0
+expect_usage_error "give -m DIR" --port 0
+echo "retnet serve flags: --help and 7 bad command lines as expected"
 
 command -v node >/dev/null && command -v npm >/dev/null ||
   skip "the server test needs node and npm (apt-get install nodejs npm)"
