@@ -84,9 +84,15 @@ start_server() {
     --max-batch 32 --sessions-dir "$sessions" --sessions-memory 1 >>"$work/server.log" 2>&1 &
   pid=$!
   port=
+  local seen
   for _ in $(seq 300); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/server.log" | tail -1 | sed 's/.*://')
-    [ -n "$port" ] && [ "$(grep -c listening "$work/server.log")" -gt "$port_lines" ] && return 0
+    # One read of the log for both the count and the port: read twice, the new server's line
+    # could arrive in between, and the previous server's port be taken for it.
+    seen=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/server.log")
+    if [ -n "$seen" ] && [ "$(printf '%s\n' "$seen" | wc -l)" -gt "$port_lines" ]; then
+      port=$(printf '%s\n' "$seen" | tail -1 | sed 's/.*://')
+      return 0
+    fi
     kill -0 "$pid" 2>/dev/null || fail "the server did not start"
     sleep 0.1
   done
