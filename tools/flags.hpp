@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <retnet/io/load.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -152,6 +153,24 @@ inline std::string help_text(const std::string& usage, const std::string& summar
     out += left + f.help + (f.fallback ? std::string(" (default ") + f.fallback + ")" : "") + "\n";
   }
   return out;
+}
+
+/// --weights: the type of the linear maps (ops/weight_types.hpp), on every command that loads a
+/// model.
+inline Flag weights_flag() {
+  return text("--weights", "T", nullptr,
+              "weight type: f32 | bf16 | q8 | q4 (default: the checkpoint's own, f32 if another)");
+}
+
+/// LoadOptions from --weights; a bad name is a usage error.
+inline LoadOptions load_options(const Args& args) {
+  LoadOptions options;
+  if (args.has("--weights")) try {
+      options.weights = parse_weight_type(args.str("--weights"));
+    } catch (const InvalidArgument& e) {
+      throw UsageError(std::string("--weights: ") + e.what());
+    }
+  return options;
 }
 
 }  // namespace retnet::tools

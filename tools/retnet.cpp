@@ -41,20 +41,18 @@ using retnet::tools::Args;
 using retnet::tools::Flag;
 using retnet::tools::help_text;
 using retnet::tools::integer;
+using retnet::tools::load_options;
 using retnet::tools::number;
 using retnet::tools::text;
 using retnet::tools::threads_flag;
 using retnet::tools::toggle;
 using retnet::tools::UsageError;
+using retnet::tools::weights_flag;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 Flag model_flag() {
   return text("-m", "DIR", nullptr, "model folder (config.json + weights)");
-}
-Flag weights_flag() {
-  return text("--weights", "T", nullptr,
-              "weight type: f32 | bf16 | q8 | q4 (default: the checkpoint's own, f32 if another)");
 }
 Flag chunk_flag() {
   return integer("--chunk-size", "C", nullptr, 1, 1 << 20,
@@ -90,16 +88,6 @@ retnet::Form parse_form(const Args& args, bool allow_recurrent) {
 
 void set_threads(const Args& args) {
   if (args.has("--threads")) retnet::set_num_threads(static_cast<int>(args.integer("--threads")));
-}
-
-retnet::LoadOptions load_options(const Args& args) {
-  retnet::LoadOptions options;
-  if (args.has("--weights")) try {
-      options.weights = retnet::parse_weight_type(args.str("--weights"));
-    } catch (const retnet::InvalidArgument& e) {
-      throw UsageError(std::string("--weights: ") + e.what());
-    }
-  return options;
 }
 
 Index chunk_size(const Args& args) {

@@ -64,6 +64,7 @@ const std::vector<Flag> kFlags = {
     integer("--sessions-memory", "MB", "512", 0, 1 << 24,
             "memory for session states (least recently used out)"),
     retnet::tools::threads_flag(),
+    retnet::tools::weights_flag(),
     integer("--prefill-chunk", "N", "64", 1, 1 << 16,
             "prompt tokens read between two decoding steps"),
     integer("--max-tokens", "N", "4096", 1, 1 << 24,
@@ -550,12 +551,16 @@ std::unique_ptr<Model> load(const Args& args, std::string& model_id) {
     if (model_id.empty() || model_id == ".")
       model_id =
           std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
-    return std::make_unique<Model>(retnet::load_model<float>(dir));
+    return std::make_unique<Model>(
+        retnet::load_model<float>(dir, retnet::tools::load_options(args)));
   }
   const std::string file = args.str("--random-weights");
-  const auto config = retnet::ModelConfig::load(file);
+  auto config = retnet::ModelConfig::load(file);
   model_id = "random-" + std::filesystem::path(file).stem().string();
-  return std::make_unique<Model>(config, retnet::ModelWeights<float>::random(config, 1));
+  const auto type = retnet::tools::load_options(args).weights.value_or(retnet::WeightType::kF32);
+  config.weights = type;
+  return std::make_unique<Model>(config,
+                                 retnet::ModelWeights<float>::random(config, 1, config.weights));
 }
 
 int run(const Args& args) {

@@ -130,6 +130,9 @@ class LinearWeight {
   /// zero rows that pad the last panel.
   size_t stored_bytes() const { return static_cast<size_t>(rows_ * (panel_bytes_ / kPanelRows)); }
 
+  /// Panel p as stored (bf16 values, or q8/q4 blocks of codes and scales: ops/weight_types.hpp).
+  const uint8_t* packed_panel(Index p) const { return bytes_.data() + p * panel_bytes_; }
+
   /// Panel p's rows [q0, q0 + depth) as Scalars, [depth][kPanelRows]: the panel itself for kF32,
   /// else decoded into `scratch` (room for depth·kPanelRows values); q0 is a multiple of 32.
   const Scalar* tile(Index p, Index q0, Index depth, Scalar* scratch) const {
@@ -201,18 +204,18 @@ struct PanelKernel {
   /// multiply-adds in q order, whatever MR is, so a row's result never depends on the other rows
   /// of x (a server's batch relies on it). Three chains per row (one per packet) keep enough
   /// multiply-adds in flight at MR = 1, where reading W, not the adds, sets the pace.
-  template <int MR>
-  static void block(const Scalar* x, Index xs, const Scalar* panel, Index k, Scalar* y, Index ys,
+  template <int MR, typename Rows>
+  static void block(const Scalar* x, Index xs, const Rows& panel, Index k, Scalar* y, Index ys,
                     Index cols, bool accumulate) {
     namespace ei = Eigen::internal;
     Packet acc[MR][kPackets];
     for (auto& row : acc)
       for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
-    for (Index q = 0; q < k; ++q, panel += kWidth) {
+    for (Index q = 0; q < k; ++q) {
       Packet xb[MR];
       for (int i = 0; i < MR; ++i) xb[i] = ei::pset1<Packet>(x[i * xs + q]);
       for (int j = 0; j < kPackets; ++j) {
-        const Packet w = ei::ploadu<Packet>(panel + j * kLanes);
+        const Packet w = panel.row(q, j);
         for (int i = 0; i < MR; ++i) acc[i][j] = ei::pmadd(xb[i], w, acc[i][j]);
       }
     }
@@ -233,8 +236,8 @@ struct PanelKernel {
   }
 
   /// `block` over m rows of x: blocks of MR rows, the remainder by halves of MR.
-  template <int MR>
-  static void rows(const Scalar* x, Index xs, Index m, const Scalar* panel, Index k, Scalar* y,
+  template <int MR, typename Rows>
+  static void rows(const Scalar* x, Index xs, Index m, const Rows& panel, Index k, Scalar* y,
                    Index ys, Index cols, bool accumulate) {
     Index i = 0;
     for (; i + MR <= m; i += MR)
@@ -243,15 +246,25 @@ struct PanelKernel {
       if (i < m) rows<MR / 2>(x + i * xs, xs, m - i, panel, k, y + i * ys, ys, cols, accumulate);
     }
   }
+
+  /// Panel rows of Scalars as stored ([k][kWidth]): an f32 panel, or a decoded tile.
+  struct ScalarRows {
+    const Scalar* rows;
+    Packet row(Index q, Index j) const {
+      return Eigen::internal::ploadu<Packet>(rows + q * kWidth + j * kLanes);
+    }
+  };
 };
 
 /// Columns [kWidth·first_panel, kWidth·end_panel) of y = x Wᵀ on the calling thread.
 ///
 /// Sums run kDepth values of q at a time, each depth slice's sum added to y: the panel's
-/// [kDepth][48] slice (24 KiB for float) stays in L1 while blocks of kRowBlock rows of x (128 KiB,
-/// in L2) pass it, as a GEMM is blocked. Few rows (decoding) take each panel's slices in turn, so
-/// W is read front to back once; many rows (prompts) take each slice across all panels. Either
-/// way a row's sum is the same chain, so y's rows do not depend on how many rows x has.
+/// [kDepth][48] slice (24 KiB for float) stays in L1 while a block of kRowBlock rows of x passes
+/// it. Few rows (decoding) take each panel's slices in turn, so W is read front to back once;
+/// many rows (prompts) take, per block of rows, each panel's slices in turn too, so that the
+/// block's [kRowBlock][48] outputs (48 KiB) stay in cache while they accumulate (a 256 x 32000
+/// block of logits would not) and x's block (at most a few hundred KiB) stays in L2. Either way
+/// a row's sum is the same chain, so y's rows do not depend on how many rows x has.
 template <typename Scalar>
 void panel_product(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w, Scalar* y, Index ys,
                    Index first_panel, Index end_panel) {
@@ -259,20 +272,29 @@ void panel_product(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w, Scala
   constexpr Index kWidth = Kernel::kWidth, kDepth = 128, kRowBlock = 256;
   const Index m = x.rows(), k = x.cols(), n = w.rows();
   alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of a bf16, q8 or q4 panel
+  const bool few_rows = m <= 2 * Kernel::kRows;
   const auto slice = [&](Index p, Index q0, Index i0, Index rows) {
     const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0);
-    Kernel::template rows<Kernel::kRows>(x.data() + i0 * k + q0, k, rows,
-                                         w.tile(p, q0, depth, scratch), depth, y + i0 * ys + c0, ys,
-                                         std::min(kWidth, n - c0), q0 > 0);
+    const auto multiply = [&](const auto& panel_rows) {
+      Kernel::template rows<Kernel::kRows>(x.data() + i0 * k + q0, k, rows, panel_rows, depth,
+                                           y + i0 * ys + c0, ys, std::min(kWidth, n - c0), q0 > 0);
+    };
+    // A few rows read a bf16, q8 or q4 panel decoding each row in registers, in one pass with
+    // the loads from memory; many rows decode a tile once for all of them. Both decode the same
+    // values (PackedRows), so the results agree bit for bit.
+    if constexpr (std::is_same_v<Scalar, float>) {
+      if (few_rows && w.type() != WeightType::kF32)
+        return detail::with_packed_rows(w.type(), w.packed_panel(p), q0, depth, multiply);
+    }
+    multiply(typename Kernel::ScalarRows{w.tile(p, q0, depth, scratch)});
   };
-  if (m <= 2 * Kernel::kRows) {
+  if (few_rows) {
     for (Index p = first_panel; p < end_panel; ++p)
       for (Index q0 = 0; q0 < k; q0 += kDepth) slice(p, q0, 0, m);
   } else {
-    for (Index q0 = 0; q0 < k; q0 += kDepth)
-      for (Index i0 = 0; i0 < m; i0 += kRowBlock)
-        for (Index p = first_panel; p < end_panel; ++p)
-          slice(p, q0, i0, std::min(kRowBlock, m - i0));
+    for (Index i0 = 0; i0 < m; i0 += kRowBlock)
+      for (Index p = first_panel; p < end_panel; ++p)
+        for (Index q0 = 0; q0 < k; q0 += kDepth) slice(p, q0, i0, std::min(kRowBlock, m - i0));
   }
   if (k == 0)  // no products to accumulate: y is zero
     for (Index i = 0; i < m; ++i)

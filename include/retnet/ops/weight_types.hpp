@@ -240,28 +240,25 @@ struct CodeLoader {
     return Eigen::internal::ploadu<Packet>(v);
   }
 
-  /// The low and the high four bits of kLanes bytes: two rows of q4 codes from one load.
-  static void nibbles(const uint8_t* p, Packet& low, Packet& high) {
+  /// The low (high = false) or the high four bits of kLanes bytes: a row of q4 codes.
+  static Packet nibbles(const uint8_t* p, bool high) {
 #if defined(__AVX512F__)
     if constexpr (kLanes == 16) {
       const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      low = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0xf)));
-      high = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-      return;
+      return _mm512_cvtepi32_ps(high ? _mm512_srli_epi32(b, 4)
+                                     : _mm512_and_si512(b, _mm512_set1_epi32(0xf)));
     }
 #endif
 #if defined(__AVX2__)
     if constexpr (kLanes == 8) {
       const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-      low = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf)));
-      high = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
-      return;
+      return _mm256_cvtepi32_ps(high ? _mm256_srli_epi32(b, 4)
+                                     : _mm256_and_si256(b, _mm256_set1_epi32(0xf)));
     }
 #endif
-    float l[kLanes], h[kLanes];
-    for (int i = 0; i < kLanes; ++i) l[i] = float(p[i] & 0xf), h[i] = float(p[i] >> 4);
-    low = Eigen::internal::ploadu<Packet>(l);
-    high = Eigen::internal::ploadu<Packet>(h);
+    float v[kLanes];
+    for (int i = 0; i < kLanes; ++i) v[i] = float(high ? p[i] >> 4 : p[i] & 0xf);
+    return Eigen::internal::ploadu<Packet>(v);
   }
 
   static Packet bf16s(const uint16_t* p) {
@@ -281,57 +278,84 @@ struct CodeLoader {
   }
 };
 
+/// The rows [q0, q0 + depth) of a bf16, q8 or q4 panel as float packets: row(q, j) is packet j
+/// (panel rows 48·p + j·kLanes ...) of input position q0 + q. The one place these types turn into
+/// floats: q8 as scale · n, q4 as scale · n - 8 · scale (exact, fused or not), bf16 by shifting.
+/// The products call it for each panel row (decoding in registers) or through unpack_tile.
+template <WeightType kType>
+struct PackedRows {
+  using Load = CodeLoader<float>;
+  using Packet = typename Load::Packet;
+  static constexpr Index kWidth = PanelFormat::kWidth, kLanes = Load::kLanes;
+  static constexpr Index kMaxDepth = 128;  // the products' depth slice
+
+  PackedRows(const uint8_t* panel, Index q0, Index depth) : panel_(panel), q0_(q0) {
+    if constexpr (kType != WeightType::kBF16) {
+      constexpr Index kCodeBytes =
+          kType == WeightType::kQ8 ? kQuantBlock * kWidth : kQuantBlock / 2 * kWidth;
+      for (Index b = 0; b * kQuantBlock < depth; ++b) {
+        const uint8_t* block = this->block(b * kQuantBlock);
+        halves_to_floats(reinterpret_cast<const uint16_t*>(block + kCodeBytes), scale_[b], kWidth);
+        for (Index r = 0; r < kWidth; ++r) offset_[b][r] = -8 * scale_[b][r];
+      }
+    }
+  }
+
+  Packet row(Index q, Index j) const {
+    namespace ei = Eigen::internal;
+    if constexpr (kType == WeightType::kBF16) {
+      return Load::bf16s(reinterpret_cast<const uint16_t*>(panel_) + (q0_ + q) * kWidth +
+                         j * kLanes);
+    } else {
+      const Index b = q / kQuantBlock, in_block = (q0_ + q) % kQuantBlock;
+      const Packet s = ei::pload<Packet>(scale_[b] + j * kLanes);
+      if constexpr (kType == WeightType::kQ8)
+        return ei::pmul(s, Load::int8s(block(q) + in_block * kWidth + j * kLanes));
+      return ei::pmadd(s,
+                       Load::nibbles(block(q) + in_block / 2 * kWidth + j * kLanes, in_block % 2),
+                       ei::pload<Packet>(offset_[b] + j * kLanes));
+    }
+  }
+
+ private:
+  const uint8_t* block(Index q) const {
+    return panel_ + (q0_ + q) / kQuantBlock * PanelFormat::block_bytes(kType);
+  }
+
+  const uint8_t* panel_;
+  Index q0_;
+  alignas(64) float scale_[kMaxDepth / kQuantBlock][kWidth];
+  alignas(64) float offset_[kMaxDepth / kQuantBlock][kWidth];
+};
+
+/// Calls f(rows) with the PackedRows of a bf16, q8 or q4 panel's rows [q0, q0 + depth).
+template <typename F>
+void with_packed_rows(WeightType type, const uint8_t* panel, Index q0, Index depth, F&& f) {
+  switch (type) {
+    case WeightType::kBF16:
+      return f(PackedRows<WeightType::kBF16>(panel, q0, depth));
+    case WeightType::kQ8:
+      return f(PackedRows<WeightType::kQ8>(panel, q0, depth));
+    case WeightType::kQ4:
+      return f(PackedRows<WeightType::kQ4>(panel, q0, depth));
+    case WeightType::kF32:
+      break;
+  }
+  throw InvalidArgument("with_packed_rows: bf16, q8 or q4 only");
+}
+
 /// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16, q8
-/// or q4 panel; q0 is a multiple of kQuantBlock. The one place these types turn into floats:
-/// q8 as scale · n, q4 as scale · n - 8 · scale (exact, fused or not), a SIMD packet at a time.
+/// or q4 panel (PackedRows); q0 is a multiple of kQuantBlock, depth at most 128.
 template <typename Scalar>
 void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, Scalar* tile) {
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
   if constexpr (std::is_same_v<Scalar, float>) {
-    namespace ei = Eigen::internal;
-    using Packet = typename ei::packet_traits<float>::type;
-    using Load = CodeLoader<float>;
-    constexpr Index kWidth = PanelFormat::kWidth, kLanes = Load::kLanes;
-    constexpr int kPackets = static_cast<int>(kWidth / kLanes);
-    static_assert(kWidth % kLanes == 0, "a panel row must be whole SIMD packets");
-    if (type == WeightType::kBF16) {
-      const auto* src = reinterpret_cast<const uint16_t*>(panel) + q0 * kWidth;
-      for (Index i = 0; i < depth * kWidth; i += kLanes)
-        ei::pstoreu(tile + i, Load::bf16s(src + i));
-      return;
-    }
-    const Index block_bytes = PanelFormat::block_bytes(type);
-    for (Index done = 0; done < depth; done += kQuantBlock) {
-      const uint8_t* block = panel + (q0 + done) / kQuantBlock * block_bytes;
-      const Index n = std::min(kQuantBlock, depth - done);
-      float* out = tile + done * kWidth;
-      alignas(64) float scale[kWidth];
-      Packet s[kPackets], m[kPackets];
-      if (type == WeightType::kQ8) {
-        halves_to_floats(reinterpret_cast<const uint16_t*>(block + kQuantBlock * kWidth), scale,
-                         kWidth);
-        for (int j = 0; j < kPackets; ++j) s[j] = ei::pload<Packet>(scale + j * kLanes);
-        for (Index q = 0; q < n; ++q)
-          for (int j = 0; j < kPackets; ++j)
-            ei::pstoreu(out + q * kWidth + j * kLanes,
-                        ei::pmul(s[j], Load::int8s(block + q * kWidth + j * kLanes)));
-      } else {
-        const auto* halves = reinterpret_cast<const uint16_t*>(block + kQuantBlock / 2 * kWidth);
-        halves_to_floats(halves, scale, kWidth);
-        for (int j = 0; j < kPackets; ++j) {
-          s[j] = ei::pload<Packet>(scale + j * kLanes);
-          m[j] = ei::pmul(s[j], ei::pset1<Packet>(-8.f));
-        }
-        for (Index q = 0; q < n; q += 2)  // rows q and q + 1 share their bytes
-          for (int j = 0; j < kPackets; ++j) {
-            Packet low, high;
-            Load::nibbles(block + q / 2 * kWidth + j * kLanes, low, high);
-            ei::pstoreu(out + q * kWidth + j * kLanes, ei::pmadd(s[j], low, m[j]));
-            if (q + 1 < n)
-              ei::pstoreu(out + (q + 1) * kWidth + j * kLanes, ei::pmadd(s[j], high, m[j]));
-          }
-      }
-    }
+    with_packed_rows(type, panel, q0, depth, [&](const auto& rows) {
+      using Rows = std::decay_t<decltype(rows)>;
+      for (Index q = 0; q < depth; ++q)
+        for (Index j = 0; j < Rows::kWidth / Rows::kLanes; ++j)
+          Eigen::internal::pstoreu(tile + q * Rows::kWidth + j * Rows::kLanes, rows.row(q, j));
+    });
   } else {  // double models hold f32 weights only (LinearWeight::resize); never reached
     (void)type, (void)panel, (void)q0, (void)depth, (void)tile;
     throw InvalidArgument("LinearWeight: bf16, q8 and q4 weights are for float models");
