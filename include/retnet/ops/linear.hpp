@@ -279,11 +279,11 @@ void panel_product(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w, Scala
       Kernel::template rows<Kernel::kRows>(x.data() + i0 * k + q0, k, rows, panel_rows, depth,
                                            y + i0 * ys + c0, ys, std::min(kWidth, n - c0), q0 > 0);
     };
-    // A few rows read a bf16, q8 or q4 panel decoding each row in registers, in one pass with
-    // the loads from memory; many rows decode a tile once for all of them. Both decode the same
-    // values (PackedRows), so the results agree bit for bit.
+    // Up to one block of rows reads a bf16, q8 or q4 panel decoding each row in registers, in
+    // one pass with the loads from memory; more rows decode a tile once for all their blocks.
+    // Both decode the same values (PackedRows), so the results agree bit for bit.
     if constexpr (std::is_same_v<Scalar, float>) {
-      if (few_rows && w.type() != WeightType::kF32)
+      if (m <= Kernel::kRows && w.type() != WeightType::kF32)
         return detail::with_packed_rows(w.type(), w.packed_panel(p), q0, depth, multiply);
     }
     multiply(typename Kernel::ScalarRows{w.tile(p, q0, depth, scratch)});
