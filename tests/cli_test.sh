@@ -38,11 +38,7 @@ expect_usage_error() {  # name, expected text in the message, command...
 contains() {  # name, file, text
   if grep -qF -- "$3" "$2"; then ok; else fail "$1: '$3' not in $(head -c 300 "$2")"; fi
 }
-# The number after "KEY": in a one-line JSON object; empty (and the caller fails) when the key
-# is missing or its value is not a number (null, a string, ...).
-json_number() {  # file, key
-  sed -n 's/.*"'"$2"'":\(-\{0,1\}[0-9][0-9.eE+-]*\)[,}].*/\1/p' "$1"
-}
+. "$(dirname "$0")/checks.sh"  # json_number
 # Succeeds when the awk condition over a and b holds (both must be numbers).
 holds() {  # a, b, condition on a and b
   [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" "BEGIN { exit !($3) }"

@@ -40,17 +40,7 @@ failed=0
 skipped=""
 MiB=1048576
 
-check() {  # description, condition on a and b, a, b
-  if [ -n "$3" ] && [ -n "$4" ] && awk -v a="$3" -v b="$4" "BEGIN { exit !($2) }"; then
-    echo "ok: $1"
-  else
-    echo "FAIL: $1"
-    failed=$((failed + 1))
-  fi
-}
-json_number() {  # file, key
-  sed -n 's/.*"'"$2"'":\([0-9][0-9.eE+-]*\)[,}].*/\1/p' "$1"
-}
+. "$(dirname "$0")/checks.sh"  # json_number, check
 # Peak RSS in bytes of a command (its stdout and stderr are discarded); empty when the command
 # fails or nothing can measure it.
 peak_rss_of() {

@@ -20,17 +20,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failed=0
 
-check() {  # description, condition on a and b, a, b
-  if [ -n "$3" ] && [ -n "$4" ] && awk -v a="$3" -v b="$4" "BEGIN { exit !($2) }"; then
-    echo "ok: $1"
-  else
-    echo "FAIL: $1"
-    failed=$((failed + 1))
-  fi
-}
-json_number() {  # file, key
-  sed -n 's/.*"'"$2"'":\(-\{0,1\}[0-9][0-9.eE+-]*\)[,}].*/\1/p' "$1"
-}
+. "$(dirname "$0")/checks.sh"  # json_number, check
 
 # --- 1. held-out nats/byte
 declare -A nats bound=([bf16]=0.0002 [q8]=0.0002 [q4]=0.010)
