@@ -117,7 +117,9 @@ TEST(LinearWeight, PanelsHoldTheRowsOfW) {
     EXPECT_EQ(packed.to_matrix(), w);
     // Panel p, element (q, r) = W[48p + r, q]; rows past W are zero.
     const Index last = packed.panels() - 1;
-    const float* panel = packed.tile(last, 0, 9, nullptr);  // f32: the panel itself
+    float scratch[9 * 48];
+    const float* panel = packed.tile(last, 0, 9, scratch);  // f32: the panel itself
+    EXPECT_NE(panel, scratch);
     for (Index q = 0; q < 9; ++q) {
       EXPECT_EQ(panel[q * 48 + (rows - 1) % 48], w(rows - 1, q));
       for (Index r = rows - 48 * last; r < 48; ++r) EXPECT_EQ(panel[q * 48 + r], 0.f);

@@ -101,25 +101,115 @@ TEST(WeightTypes, ErrorsAreWithinHalfAStep) {
   }
 }
 
-TEST(WeightTypes, ProductsMatchLoopsOverTheDecodedWeights) {
+// x's rows rounded as a q8/q4 product rounds them, from the definition: blocks of 32 columns,
+// scale = max|x| / 127 in float, code = round(x / scale) in [-127, 127].
+struct RoundedRows {
+  std::vector<std::vector<int>> codes;
+  std::vector<std::vector<float>> scales;
+};
+RoundedRows reference_rounded(const Matrix<float>& x) {
+  RoundedRows out;
+  for (Index i = 0; i < x.rows(); ++i) {
+    out.codes.emplace_back(), out.scales.emplace_back();
+    for (Index c0 = 0; c0 < x.cols(); c0 += 32) {
+      float amax = 0;
+      for (Index c = c0; c < std::min<Index>(x.cols(), c0 + 32); ++c)
+        amax = std::max(amax, std::abs(x(i, c)));
+      const float s = amax / 127;
+      out.scales.back().push_back(s);
+      for (Index c = c0; c < std::min<Index>(x.cols(), c0 + 32); ++c)
+        out.codes.back().push_back(
+            amax > 0 ? int(std::clamp(std::nearbyint(x(i, c) / s), -127.f, 127.f)) : 0);
+    }
+  }
+  return out;
+}
+
+// y[i, r] of a q8/q4 product from the definition: per block an exact integer sum of code
+// products, scaled by the weight's scale times x's, summed over blocks in order with fused
+// multiply-adds (docs/NUMERICS.md).
+Matrix<float> reference_int8_product(const Matrix<float>& x, const LinearWeight<float>& w) {
+  const StoredRows stored = w.stored_rows(0, w.rows());
+  const RoundedRows rx = reference_rounded(x);
+  const int offset = w.type() == WeightType::kQ4 ? 8 : 0;
+  const Index blocks = retnet::quant_blocks(w.cols());
+  Matrix<float> y(x.rows(), w.rows());
+  for (Index i = 0; i < x.rows(); ++i)
+    for (Index r = 0; r < w.rows(); ++r) {
+      float sum = 0;
+      for (Index b = 0; b < blocks; ++b) {
+        int64_t dot = 0;
+        for (Index c = b * 32; c < std::min<Index>(w.cols(), b * 32 + 32); ++c)
+          dot += int64_t(stored.code(r, c) - offset) * rx.codes[i][c];
+        const float scale = retnet::half_to_float(stored.scales[r * blocks + b]) * rx.scales[i][b];
+        sum = std::fma(float(dot), scale, sum);
+      }
+      y(i, r) = sum;
+    }
+  return y;
+}
+
+TEST(WeightTypes, ProductsFollowTheDefinition) {
   std::mt19937 rng(3);
   for (WeightType type : kTypes) {
-    const Matrix<float> w = random_matrix(101, 300, rng);
-    const LinearWeight<float> packed(w, type);
-    const Matrix<double> decoded = packed.to_matrix().cast<double>();
-    for (Index rows : {1, 2, 3, 8, 17, 40, 300}) {
-      const Matrix<float> x = random_matrix(rows, 300, rng);
-      Matrix<float> y;
-      retnet::linear(x, packed, y);
-      const Matrix<double> want = x.cast<double>() * decoded.transpose();
-      const double tolerance = 1e-5 * std::sqrt(300.0);
-      ASSERT_LE((y.cast<double>() - want).cwiseAbs().maxCoeff(), tolerance)
-          << retnet::weight_type_name(type) << ", " << rows << " rows";
-      // A row's result does not depend on the other rows, in every type.
-      Matrix<float> one;
-      retnet::linear(Matrix<float>(x.row(rows - 1)), packed, one);
-      ASSERT_EQ(one.row(0), y.row(rows - 1)) << retnet::weight_type_name(type);
+    for (Index cols : {300, 64}) {
+      const Matrix<float> w = random_matrix(101, cols, rng);
+      const LinearWeight<float> packed(w, type);
+      const Matrix<double> decoded = packed.to_matrix().cast<double>();
+      for (Index rows : {1, 2, 3, 7, 8, 17, 40, 300}) {
+        const Matrix<float> x = random_matrix(rows, cols, rng);
+        Matrix<float> y;
+        retnet::linear(x, packed, y);
+        const std::string what = std::string(retnet::weight_type_name(type)) + ", " +
+                                 std::to_string(rows) + " x " + std::to_string(cols);
+        // Against the unrounded x: bf16 to float rounding; q8/q4 also to rounding x, which moves
+        // each product by at most |w| times half of x's step.
+        const Matrix<double> want = x.cast<double>() * decoded.transpose();
+        for (Index i = 0; i < rows; ++i)
+          for (Index r = 0; r < w.rows(); ++r) {
+            double bound = 1e-5 * std::sqrt(double(cols));
+            if (retnet::is_block_quantised(type))
+              for (Index c0 = 0; c0 < cols; c0 += 32) {
+                const Index n = std::min<Index>(32, cols - c0);
+                bound += decoded.row(r).segment(c0, n).cwiseAbs().sum() *
+                         x.row(i).segment(c0, n).cwiseAbs().maxCoeff() / 254;
+              }
+            ASSERT_LE(std::abs(y(i, r) - want(i, r)), bound) << what << " at " << i << "," << r;
+          }
+        if (retnet::is_block_quantised(type)) {
+          // Against the definition's arithmetic, operation by operation: exact where the target
+          // fuses multiply-adds as std::fma does.
+          const Matrix<float> exact = reference_int8_product(x, packed);
+#ifdef __FMA__
+          ASSERT_EQ(y, exact) << what;
+#else
+          ASSERT_LE((y - exact).cwiseAbs().maxCoeff(), 1e-5 * exact.cwiseAbs().maxCoeff()) << what;
+#endif
+          // The portable kernel computes the integer kernel's results, bit for bit.
+          Matrix<float> portable(rows, w.rows());
+          retnet::detail::sliced_products<float>(
+              x, 1, [&](size_t) -> const LinearWeight<float>& { return packed; },
+              [&](size_t) -> Matrix<float>& { return portable; }, false);
+          ASSERT_EQ(portable, y) << what;
+        }
+        // A row's result does not depend on the other rows, in every type.
+        Matrix<float> one;
+        retnet::linear(Matrix<float>(x.row(rows - 1)), packed, one);
+        ASSERT_EQ(one.row(0), y.row(rows - 1)) << what;
+      }
     }
+  }
+}
+
+TEST(WeightTypes, ProductsOfNonFiniteInputsAreNotFinite) {
+  // A NaN or an infinity in a block of x cannot be rounded to int8: the block's outputs say so.
+  const LinearWeight<float> w(Matrix<float>::Ones(50, 64), WeightType::kQ8);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    Matrix<float> x = Matrix<float>::Ones(2, 64), y;
+    x(1, 40) = bad;
+    retnet::linear(x, w, y);
+    EXPECT_TRUE(y.row(0).allFinite());
+    EXPECT_TRUE(y.row(1).array().isNaN().all());
   }
 }
 
@@ -232,13 +322,13 @@ TEST(QuantisedModels, LogitsStayCloseToTheFixtures) {
   // printed (docs/PERFORMANCE.md quotes them). The fixtures are random, untrained models (fla's
   // weights ~ N(0, 0.02)), the worst case for rounding, so the bounds, about twice the measured
   // errors, only catch a broken type; QuantisedModels.AreTheF32ModelOfTheirDecodedWeights holds
-  // the arithmetic exactly.
+  // the arithmetic (WeightTypes.ProductsFollowTheDefinition each q8/q4 product's).
   struct Case {
     const char* fixture;
     double bound[3];  // bf16, q8, q4
   };
   for (const Case& c :
-       {Case{"torchscale-tiny", {0.015, 0.04, 0.5}}, Case{"fla-tiny", {0.04, 0.07, 1.2}}}) {
+       {Case{"torchscale-tiny", {0.015, 0.06, 0.75}}, Case{"fla-tiny", {0.04, 0.09, 1.2}}}) {
     const std::string dir = kData + "/" + c.fixture;
     const auto a = retnet::load_npy(dir + "/logits.npy");
     const auto v = a.as<double>();
@@ -263,7 +353,10 @@ TEST(QuantisedModels, LogitsStayCloseToTheFixtures) {
 
 TEST(QuantisedModels, AreTheF32ModelOfTheirDecodedWeights) {
   // A bf16/q8/q4 model computes what the f32 model computes with each linear map replaced by the
-  // definition's decoded values (reference_dequantised, written above from the format alone).
+  // definition's decoded values (reference_dequantised, written above from the format alone):
+  // to float rounding for bf16; q8/q4 products also round their x to int8 per block of 32
+  // (ProductsFollowTheDefinition checks that exactly), which moves these random models' logits
+  // by 1.8-2.9 % (measured), so their bound only catches a model that uses other weights.
   for (const char* fixture : {"torchscale-tiny", "fla-tiny"}) {
     const std::string dir = kData + "/" + fixture;
     const TokenMatrix tokens = fixture_tokens(dir);
@@ -277,11 +370,18 @@ TEST(QuantisedModels, AreTheF32ModelOfTheirDecodedWeights) {
       });
       const RetNetModel<float> reference(f32.config(), std::move(decoded));
       const auto model = retnet::load_model<float>(dir, LoadOptions{type});
-      for (Form form : {Form::kParallel, Form::kRecurrent})
-        EXPECT_LE(retnet::testing::relative_error(model.forward(tokens, form),
-                                                  reference.forward(tokens, form)),
-                  1e-5)
-            << fixture << " " << retnet::weight_type_name(type);
+      const double bound = type == WeightType::kBF16 ? 1e-5 : 0.06;
+      for (Form form : {Form::kParallel, Form::kRecurrent}) {
+        const double error = retnet::testing::relative_error(model.forward(tokens, form),
+                                                             reference.forward(tokens, form));
+        EXPECT_LE(error, bound) << fixture << " " << retnet::weight_type_name(type);
+        // ... and the rounded weights' own error is larger than what rounding x adds.
+        if (type == WeightType::kQ4) {
+          EXPECT_LT(error, retnet::testing::relative_error(reference.forward(tokens, form),
+                                                           f32.forward(tokens, form)))
+              << fixture;
+        }
+      }
     }
   }
 }

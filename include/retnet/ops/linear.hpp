@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -23,8 +24,9 @@ namespace retnet {
 /// horizontal sums, where PyTorch's row-major layout needs a sum across SIMD lanes per output
 /// (benchmarks/bench_kernels.cpp compares the two: BM_DecodeProduct).
 ///
-/// The values are of one WeightType (ops/weight_types.hpp): Scalar itself (kF32), or bf16, q8
-/// or q4 panels that the products decode a [128][48] tile at a time.
+/// The values are of one WeightType (ops/weight_types.hpp): Scalar itself (kF32), bf16 panels
+/// that the products decode as they read them, or q8/q4 panels of int8 codes that the products
+/// multiply by x rounded to int8 (Int8Rows), block of 32 by block.
 template <typename Scalar>
 class LinearWeight {
  public:
@@ -133,33 +135,27 @@ class LinearWeight {
   /// Panel p as stored (bf16 values, or q8/q4 blocks of codes and scales: ops/weight_types.hpp).
   const uint8_t* packed_panel(Index p) const { return bytes_.data() + p * panel_bytes_; }
 
-  /// Panel p's rows [q0, q0 + depth) as Scalars, [depth][kPanelRows]: the panel itself for kF32,
-  /// else decoded into `scratch` (room for depth·kPanelRows values); q0 is a multiple of 32.
+  /// Panel p's rows [q0, q0 + depth) as Scalars, [depth][kPanelRows], of an f32 or bf16 weight:
+  /// the panel itself for kF32, else decoded into `scratch` (room for depth·kPanelRows values).
   const Scalar* tile(Index p, Index q0, Index depth, Scalar* scratch) const {
     const uint8_t* panel = bytes_.data() + p * panel_bytes_;
     if (type_ == WeightType::kF32) return reinterpret_cast<const Scalar*>(panel) + q0 * kPanelRows;
-    detail::unpack_tile(type_, panel, q0, depth, scratch);
+    RETNET_REQUIRE(type_ == WeightType::kBF16, "LinearWeight::tile: f32 or bf16 weights only");
+    if constexpr (std::is_same_v<Scalar, float>)
+      detail::unpack_bf16_tile(panel, q0, depth, scratch);
     return scratch;
   }
 
   /// out[q] = W[r, q] for q < cols (a row of an embedding).
   void copy_row(Index r, Scalar* out) const {
     RETNET_REQUIRE(r >= 0 && r < rows_, "LinearWeight: row out of range");
-    Scalar scratch[kQuantBlock * kPanelRows];
-    for (Index q0 = 0; q0 < cols_; q0 += kQuantBlock) {
-      const Index depth = std::min(kQuantBlock, cols_ - q0);
-      const Scalar* t = tile(r / kPanelRows, q0, depth, scratch) + r % kPanelRows;
-      for (Index q = 0; q < depth; ++q) out[q0 + q] = t[q * kPanelRows];
-    }
+    for (Index q = 0; q < cols_; ++q) out[q] = value(r, q);
   }
 
   /// W[r, q].
   Scalar at(Index r, Index q) const {
     RETNET_REQUIRE(r >= 0 && r < rows_ && q >= 0 && q < cols_, "LinearWeight: out of range");
-    Scalar scratch[kQuantBlock * kPanelRows];
-    const Index q0 = q / kQuantBlock * kQuantBlock;
-    return tile(r / kPanelRows, q0, std::min(kQuantBlock, cols_ - q0),
-                scratch)[(q - q0) * kPanelRows + r % kPanelRows];
+    return value(r, q);
   }
 
   Matrix<Scalar> to_matrix() const {
@@ -173,6 +169,23 @@ class LinearWeight {
   }
 
  private:
+  Scalar value(Index r, Index q) const {
+    using Format = detail::PanelFormat;
+    const uint8_t* panel = bytes_.data() + r / kPanelRows * panel_bytes_;
+    const Index pr = r % kPanelRows;
+    switch (type_) {
+      case WeightType::kF32:
+        return reinterpret_cast<const Scalar*>(panel)[q * kPanelRows + pr];
+      case WeightType::kBF16:
+        return bf16_to_float(reinterpret_cast<const uint16_t*>(panel)[q * kPanelRows + pr]);
+      default: {
+        const uint8_t* block = panel + q / kQuantBlock * Format::block_bytes(type_);
+        const int code = Format::code(type_, block, pr, q % kQuantBlock) - Format::offset(type_);
+        return half_to_float(Format::scales(type_, block)[pr]) * Scalar(code);  // exact
+      }
+    }
+  }
+
   WeightType type_ = WeightType::kF32;
   Index rows_ = 0, cols_ = 0, panel_bytes_ = 0;
   std::vector<uint8_t, Eigen::aligned_allocator<uint8_t>> bytes_;
@@ -186,6 +199,20 @@ void check_input(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w) {
                                            " columns, the weight " + std::to_string(w.cols()));
 }
 
+/// f(std::integral_constant<int, R>(), i) for blocks of rows [i, i + R) that cover [first, m):
+/// blocks of MR rows, then the remainder by halves of MR.
+template <int MR, typename F>
+void for_row_blocks(Index first, Index m, F&& f) {
+  Index i = first;
+  for (; i + MR <= m; i += MR) f(std::integral_constant<int, MR>(), i);
+  if constexpr (MR > 1) {
+    if (i < m) for_row_blocks<MR / 2>(i, m, f);
+  }
+}
+
+/// The SIMD registers of the target (32 with AVX-512, 16 with AVX2).
+constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+
 template <typename Scalar>
 struct PanelKernel {
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
@@ -196,7 +223,6 @@ struct PanelKernel {
   /// Rows of x per block: as many as keep MR·kPackets accumulators, the MR broadcast values of x
   /// and one panel packet in the SIMD registers (32 with AVX-512: 7 rows of 3 packets; 16 with
   /// AVX2: 2 rows of 6), so that nothing spills to memory inside the loop.
-  static constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
   static constexpr int kRows = std::max(1, (kRegisters - 1) / (kPackets + 1));
 
   /// y[i, c] (+)= Σ_{q < k} x[i, q] · panel[q, c] for i < MR, c < cols (<= kWidth): each step
@@ -235,18 +261,6 @@ struct PanelKernel {
     }
   }
 
-  /// `block` over m rows of x: blocks of MR rows, the remainder by halves of MR.
-  template <int MR, typename Rows>
-  static void rows(const Scalar* x, Index xs, Index m, const Rows& panel, Index k, Scalar* y,
-                   Index ys, Index cols, bool accumulate) {
-    Index i = 0;
-    for (; i + MR <= m; i += MR)
-      block<MR>(x + i * xs, xs, panel, k, y + i * ys, ys, cols, accumulate);
-    if constexpr (MR > 1) {
-      if (i < m) rows<MR / 2>(x + i * xs, xs, m - i, panel, k, y + i * ys, ys, cols, accumulate);
-    }
-  }
-
   /// Panel rows of Scalars as stored ([k][kWidth]): an f32 panel, or a decoded tile.
   struct ScalarRows {
     const Scalar* rows;
@@ -256,7 +270,157 @@ struct PanelKernel {
   };
 };
 
-/// Columns [kWidth·first_panel, kWidth·end_panel) of y = x Wᵀ on the calling thread.
+/// The q8/q4 products, y[i, c] = Σ_b (s_w[c, b] · s_x[i, b]) · Σ_{q in block b} n_w[c, q] ·
+/// n_x[i, q], with n_x, s_x the rounded rows of x (Int8Rows). A block's integer sum is exact
+/// (|Σ| <= 32 · 127² < 2²⁴, so exact in float too), and each row's sum over blocks is one chain
+/// y = fma(block sum, s_w · s_x, y) in block order, whatever the number of rows: the two kernels
+/// below compute it bit for bit alike.
+struct Int8Product {
+  static constexpr Index kWidth = detail::PanelFormat::kWidth;
+
+  /// Rows [i0, i1) of x against blocks [b0, b1) of a panel, into y (row i at y + (i - i0) · ys,
+  /// `cols` <= 48 valid columns; read first when b0 > 0).
+  static void run(const Int8Rows& x, Index i0, Index i1, WeightType type, const uint8_t* panel,
+                  Index b0, Index b1, float* y, Index ys, Index cols, bool integer_dots) {
+#ifdef RETNET_INT8_DOTS
+    if (integer_dots) {
+      const auto rows = [&](auto kernel) {
+        using Kernel = decltype(kernel);
+        for_row_blocks<Kernel::kRows>(i0, i1, [&](auto mr, Index i) {
+          Kernel::template block<decltype(mr)::value>(x, i, panel, b0, b1, y + (i - i0) * ys, ys,
+                                                      cols);
+        });
+      };
+      if (type == WeightType::kQ8) return rows(IntegerKernel<WeightType::kQ8>());
+      return rows(IntegerKernel<WeightType::kQ4>());
+    }
+#endif
+    (void)integer_dots;
+    portable(x, i0, i1, type, panel, b0, b1, y, ys, cols);
+  }
+
+#ifdef RETNET_INT8_DOTS
+  /// With Int8Dots: a 32-bit lane of a panel's code vector holds 4 columns of one row, so each
+  /// instruction adds 4 products for kLanes rows of W against 4 broadcast codes of x.
+  template <WeightType kType>
+  struct IntegerKernel {
+    using Ops = detail::Int8Dots;
+    using Ints = Ops::Ints;
+    using Floats = Ops::Floats;
+    static constexpr Index kLanes = Ops::kLanes;
+    static constexpr int kPackets = static_cast<int>(kWidth / kLanes);
+    /// Code vectors loaded at a time (all three with AVX-512; half a panel row with AVX2).
+    static constexpr int kChunk = std::min(kPackets, 3);
+    /// Rows of x per block: MR·kPackets accumulators, kChunk code vectors (two halves each for
+    /// q4), two broadcasts and q4's nibble mask fit the registers: 7 with AVX-512, 1 with AVX2.
+    static constexpr int kRows = std::max(1, (kRegisters - 2 * kChunk - 3) / kPackets);
+
+    template <int MR>
+    static void block(const Int8Rows& x, Index i0, const uint8_t* panel, Index b0, Index b1,
+                      float* y, Index ys, Index cols) {
+      namespace ei = Eigen::internal;
+      using Format = detail::PanelFormat;
+      alignas(64) float out[MR][kWidth];
+      for (int i = 0; i < MR; ++i)
+        for (Index c = 0; c < kWidth; ++c) out[i][c] = b0 > 0 && c < cols ? y[i * ys + c] : 0.f;
+      for (Index b = b0; b < b1; ++b) {
+        const uint8_t* codes = panel + b * Format::block_bytes(kType);
+        const int8_t* xb = x.codes.data() + i0 * x.stride + b * kQuantBlock;
+        const auto x4 = [&](int i, Index q) {  // codes q..q+3 of row i, in every lane
+          int32_t v;
+          std::memcpy(&v, xb + i * x.stride + q, 4);
+          return Ops::set1(v);
+        };
+        Ints acc[MR][kPackets];
+        for (auto& row : acc)
+          for (auto& a : row) a = Ops::zero();
+        if constexpr (kType == WeightType::kQ8) {
+          for (Index g = 0; g < kQuantBlock / 4; ++g)
+            for (int j0 = 0; j0 < kPackets; j0 += kChunk) {
+              Ints w[kChunk];
+              for (int j = 0; j < kChunk; ++j)
+                w[j] = Ops::load(codes + (g * kWidth + (j0 + j) * kLanes) * 4);
+              for (int i = 0; i < MR; ++i) {
+                const Ints xi = x4(i, 4 * g);
+                for (int j = 0; j < kChunk; ++j)
+                  acc[i][j0 + j] = Ops::dot(acc[i][j0 + j], w[j], xi);
+              }
+            }
+        } else {  // a byte holds column q (low four bits) and q + 16 (high four)
+          for (Index g = 0; g < kQuantBlock / 8; ++g)
+            for (int j0 = 0; j0 < kPackets; j0 += kChunk) {
+              Ints low[kChunk], high[kChunk];
+              for (int j = 0; j < kChunk; ++j) {
+                const Ints w = Ops::load(codes + (g * kWidth + (j0 + j) * kLanes) * 4);
+                low[j] = Ops::low_nibbles(w), high[j] = Ops::high_nibbles(w);
+              }
+              for (int i = 0; i < MR; ++i) {
+                const Ints xl = x4(i, 4 * g), xh = x4(i, 16 + 4 * g);
+                for (int j = 0; j < kChunk; ++j) {
+                  acc[i][j0 + j] = Ops::dot(acc[i][j0 + j], low[j], xl);
+                  acc[i][j0 + j] = Ops::dot(acc[i][j0 + j], high[j], xh);
+                }
+              }
+            }
+        }
+        // Σ n_w · n_x = Σ code · n_x - offset · Σ n_x, then scaled into the row's chain.
+        const uint16_t* scales = Format::scales(kType, codes);
+        Floats s[kPackets];
+        for (int j = 0; j < kPackets; ++j) s[j] = Ops::halves(scales + j * kLanes);
+        for (int i = 0; i < MR; ++i) {
+          const Index at = (i0 + i) * x.blocks + b;
+          const Ints correction = Ops::set1(Format::offset(kType) * x.sums[at]);
+          const Floats sx = ei::pset1<Floats>(x.scales[at]);
+          for (int j = 0; j < kPackets; ++j) {
+            float* o = out[i] + j * kLanes;
+            const Floats sum = Ops::to_float(Ops::sub(acc[i][j], correction));
+            ei::pstore(o, ei::pmadd(sum, ei::pmul(s[j], sx), ei::pload<Floats>(o)));
+          }
+        }
+      }
+      for (int i = 0; i < MR; ++i)
+        for (Index c = 0; c < cols; ++c) y[i * ys + c] = out[i][c];
+    }
+  };
+#endif
+
+  /// Without Int8Dots: each block's codes decoded to floats once ([32][48]), the float panel
+  /// kernel's exact block sums, then the same chain.
+  static void portable(const Int8Rows& x, Index i0, Index i1, WeightType type, const uint8_t* panel,
+                       Index b0, Index b1, float* y, Index ys, Index cols) {
+    namespace ei = Eigen::internal;
+    using Format = detail::PanelFormat;
+    using Kernel = PanelKernel<float>;
+    using Packet = Kernel::Packet;
+    constexpr Index kLanes = Kernel::kLanes;
+    alignas(64) float tile[kQuantBlock * kWidth], scales[kWidth];
+    for (Index b = b0; b < b1; ++b) {
+      const uint8_t* block = panel + b * Format::block_bytes(type);
+      detail::unpack_block_codes(type, block, tile);
+      halves_to_floats(Format::scales(type, block), scales, kWidth);
+      for_row_blocks<Kernel::kRows>(i0, i1, [&](auto mr, Index i) {
+        constexpr int MR = decltype(mr)::value;
+        alignas(64) float sums[MR][kWidth], out[MR][kWidth];
+        Kernel::block<MR>(x.values.data() + i * x.stride + b * kQuantBlock, x.stride,
+                          Kernel::ScalarRows{tile}, kQuantBlock, &sums[0][0], kWidth, kWidth,
+                          false);
+        for (int r = 0; r < MR; ++r) {
+          float* yr = y + (i - i0 + r) * ys;
+          for (Index c = 0; c < kWidth; ++c) out[r][c] = b > 0 && c < cols ? yr[c] : 0.f;
+          const Packet sx = ei::pset1<Packet>(x.scales[(i + r) * x.blocks + b]);
+          for (Index c = 0; c < kWidth; c += kLanes)
+            ei::pstore(out[r] + c, ei::pmadd(ei::pload<Packet>(sums[r] + c),
+                                             ei::pmul(ei::pload<Packet>(scales + c), sx),
+                                             ei::pload<Packet>(out[r] + c)));
+          for (Index c = 0; c < cols; ++c) yr[c] = out[r][c];
+        }
+      });
+    }
+  }
+};
+
+/// Columns [kWidth·first_panel, kWidth·end_panel) of y = x Wᵀ on the calling thread; `rounded`
+/// is x rounded for a q8/q4 W (Int8Rows), else unused.
 ///
 /// Sums run kDepth values of q at a time, each depth slice's sum added to y: the panel's
 /// [kDepth][48] slice (24 KiB for float) stays in L1 while a block of kRowBlock rows of x passes
@@ -266,25 +430,34 @@ struct PanelKernel {
 /// block of logits would not) and x's block (at most a few hundred KiB) stays in L2. Either way
 /// a row's sum is the same chain, so y's rows do not depend on how many rows x has.
 template <typename Scalar>
-void panel_product(const Matrix<Scalar>& x, const LinearWeight<Scalar>& w, Scalar* y, Index ys,
-                   Index first_panel, Index end_panel) {
+void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const LinearWeight<Scalar>& w,
+                   Scalar* y, Index ys, Index first_panel, Index end_panel, bool integer_dots) {
   using Kernel = PanelKernel<Scalar>;
   constexpr Index kWidth = Kernel::kWidth, kDepth = 128, kRowBlock = 256;
   const Index m = x.rows(), k = x.cols(), n = w.rows();
-  alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of a bf16, q8 or q4 panel
+  alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of a bf16 panel
   const bool few_rows = m <= 2 * Kernel::kRows;
   const auto slice = [&](Index p, Index q0, Index i0, Index rows) {
-    const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0);
-    const auto multiply = [&](const auto& panel_rows) {
-      Kernel::template rows<Kernel::kRows>(x.data() + i0 * k + q0, k, rows, panel_rows, depth,
-                                           y + i0 * ys + c0, ys, std::min(kWidth, n - c0), q0 > 0);
-    };
-    // Up to one block of rows reads a bf16, q8 or q4 panel decoding each row in registers, in
-    // one pass with the loads from memory; more rows decode a tile once for all their blocks.
-    // Both decode the same values (PackedRows), so the results agree bit for bit.
+    const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0), cols = std::min(kWidth, n - c0);
+    Scalar* yp = y + i0 * ys + c0;
     if constexpr (std::is_same_v<Scalar, float>) {
-      if (m <= Kernel::kRows && w.type() != WeightType::kF32)
-        return detail::with_packed_rows(w.type(), w.packed_panel(p), q0, depth, multiply);
+      if (is_block_quantised(w.type()))
+        return Int8Product::run(rounded, i0, i0 + rows, w.type(), w.packed_panel(p),
+                                q0 / kQuantBlock, quant_blocks(q0 + depth), yp, ys, cols,
+                                integer_dots);
+    }
+    const auto multiply = [&](const auto& panel_rows) {
+      for_row_blocks<Kernel::kRows>(0, rows, [&](auto mr, Index i) {
+        Kernel::template block<decltype(mr)::value>(x.data() + (i0 + i) * k + q0, k, panel_rows,
+                                                    depth, yp + i * ys, ys, cols, q0 > 0);
+      });
+    };
+    // Up to one block of rows reads a bf16 panel decoding each row in registers, in one pass
+    // with the loads from memory; more rows decode a tile once for all their blocks. Both decode
+    // the same values, so the results agree bit for bit.
+    if constexpr (std::is_same_v<Scalar, float>) {
+      if (m <= Kernel::kRows && w.type() == WeightType::kBF16)
+        return multiply(detail::Bf16Rows{w.packed_panel(p), q0});
     }
     multiply(typename Kernel::ScalarRows{w.tile(p, q0, depth, scratch)});
   };
@@ -315,14 +488,24 @@ Index panel_edge(const LinearWeight<Scalar>& w, Index threads, Index t) {
 /// W is read once in all and the threads meet once whatever the count: at decode sizes a region
 /// per product leaves one thread waiting at the end of each.
 template <typename Scalar, typename WeightOf, typename OutputOf>
-void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of,
-                     OutputOf output_of) {
+void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of, OutputOf output_of,
+                     bool integer_dots = kHasInt8Dots) {
+  // A q8/q4 product's x rounded once for all its threads, in storage the calling thread keeps
+  // (so that decoding allocates nothing once it has seen its largest x).
+  thread_local Int8Rows storage;
+  Int8Rows& rounded = storage;  // the lambda below must see this thread's, not a worker's
+  if constexpr (std::is_same_v<Scalar, float>) {
+    bool quantised = false;
+    for (size_t i = 0; i < count; ++i) quantised |= is_block_quantised(weight_of(i).type());
+    if (quantised) rounded.assign(x.data(), x.rows(), x.cols(), !integer_dots);
+  }
   const auto run = [&](Index t, Index threads) {
     for (size_t i = 0; i < count; ++i) {
       const LinearWeight<Scalar>& w = weight_of(i);
       auto&& y = output_of(i);
       const Index begin = panel_edge(w, threads, t), end = panel_edge(w, threads, t + 1);
-      if (end > begin) panel_product<Scalar>(x, w, y.data(), y.outerStride(), begin, end);
+      if (end > begin)
+        panel_product<Scalar>(x, rounded, w, y.data(), y.outerStride(), begin, end, integer_dots);
     }
   };
 #ifdef _OPENMP

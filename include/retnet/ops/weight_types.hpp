@@ -4,22 +4,29 @@
 //   q8: w = scale · n, n an int8 in [-127, 127], scale = max|w| / 127;
 //   q4: w = scale · (n - 8), n in [0, 15], scale = -m / 8 for the block's value m of largest |m|
 //       (m gets code 0; docs/PERFORMANCE.md measures this against a scale and a minimum).
-// Activations, norms and the retention state stay in the scalar type: weights are dequantised a
-// tile at a time inside the products (ops/linear.hpp) and never as a whole.
+// A q8/q4 product rounds its other operand, each row of x, the same way (Int8Rows: blocks of 32,
+// int8 codes in [-127, 127] against a float scale max|x| / 127), so that a block's sum of
+// products is an exact integer, computed with the CPU's int8 dot-product instructions where it
+// has them (Int8Dots), and then scaled by the two scales. Activations, norms and the retention
+// state are stored in the scalar type; only a product's operand is rounded, inside the product.
 //
 // A q8/q4 weight has two forms, both defined here:
 //  - stored (StoredRows): row-major, as a converted checkpoint holds it (docs/FORMATS.md,
 //    "Quantised weights"): codes [rows][code_bytes(cols)] (q4: byte j holds the values 2j in its
 //    low and 2j + 1 in its high four bits), scales [rows][blocks(cols)];
-//  - panels (LinearWeight's): per panel of 48 rows and per block of 32 columns, the block's
-//    codes transposed ([32][48] bytes for q8; [16][48] for q4, byte (j, r) holding columns 2j and
-//    2j + 1 of row r), then its 48 scales, so that a product reads one stream.
+//  - panels (LinearWeight's): per panel of 48 rows and per block of 32 columns, the block's codes
+//    in the order an int8 dot-product instruction reads them, then its 48 scales (PanelFormat):
+//    each 32-bit word holds 4 consecutive columns of one row, words run over the 48 rows, then
+//    over the next 4 columns. q8 stores n + 128 (a byte), q4 stores n (column c < 16 in the low
+//    four bits of a byte, c + 16 in its high four), so that a code is always an unsigned byte and
+//    its value that byte minus an offset (128 or 8).
 #pragma once
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -142,16 +149,64 @@ inline void quantize_rows(WeightType type, const float* values, Index rows, Inde
   }
 }
 
+/// A q8/q4 product's other operand: rows of x rounded to int8 per block of 32 columns, as the
+/// weights are: scale = max|x| / 127 (float), code = round(x / scale) in [-127, 127] (0 for an
+/// all-zero block), zero past the last column. A block holding a NaN or an infinity gets a NaN
+/// scale, so the product's outputs are NaN rather than silently finite.
+struct Int8Rows {
+  Index rows = 0, blocks = 0, stride = 0;  // stride = 32 · blocks
+  std::vector<int8_t> codes;               // [rows][stride]
+  std::vector<float> scales;               // [rows][blocks]
+  std::vector<int32_t> sums;               // [rows][blocks]: Σ codes, for the codes' offsets
+  std::vector<float> values;               // [rows][stride]: the codes as floats, when asked
+
+  /// Rounds `rows` rows of `cols` values (row i at x + i · cols). Reuses the vectors' storage, so
+  /// a product of the same or a smaller shape allocates nothing.
+  void assign(const float* x, Index rows_, Index cols, bool with_values) {
+    rows = rows_, blocks = quant_blocks(cols), stride = blocks * kQuantBlock;
+    codes.resize(static_cast<size_t>(rows * stride));
+    scales.resize(static_cast<size_t>(rows * blocks));
+    sums.resize(static_cast<size_t>(rows * blocks));
+    values.resize(with_values ? static_cast<size_t>(rows * stride) : 0);
+    for (Index i = 0; i < rows; ++i)
+      for (Index b = 0; b < blocks; ++b) {
+        const Index c0 = b * kQuantBlock, n = std::min(kQuantBlock, cols - c0);
+        const float* v = x + i * cols + c0;
+        float amax = 0;
+        bool finite = true;
+        for (Index c = 0; c < n; ++c) {
+          amax = std::max(amax, std::abs(v[c]));
+          finite &= std::isfinite(v[c]);
+        }
+        const float scale = finite ? amax / 127 : std::numeric_limits<float>::quiet_NaN();
+        int8_t* code = codes.data() + i * stride + c0;
+        int32_t sum = 0;
+        for (Index c = 0; c < kQuantBlock; ++c) {
+          float level = 0;
+          if (c < n && amax > 0 && finite)
+            level = std::clamp(std::nearbyint(v[c] / scale), -127.f, 127.f);
+          code[c] = static_cast<int8_t>(level);
+          sum += code[c];
+        }
+        scales[i * blocks + b] = scale;
+        sums[i * blocks + b] = sum;
+        if (with_values)
+          for (Index c = 0; c < kQuantBlock; ++c) values[i * stride + c0 + c] = code[c];
+      }
+  }
+};
+
 namespace detail {
 
 /// Panel geometry of a weight type: see the file comment.
 struct PanelFormat {
   static constexpr Index kWidth = 48;  // rows of W per panel (LinearWeight::kPanelRows)
 
-  static Index block_bytes(WeightType type) {
-    return type == WeightType::kQ8 ? kQuantBlock * kWidth + 2 * kWidth
-                                   : kQuantBlock / 2 * kWidth + 2 * kWidth;
+  /// Bytes of a q8/q4 block's codes, before its 48 binary16 scales.
+  static Index code_area(WeightType type) {
+    return (type == WeightType::kQ8 ? kQuantBlock : kQuantBlock / 2) * kWidth;
   }
+  static Index block_bytes(WeightType type) { return code_area(type) + 2 * kWidth; }
   /// Bytes of one panel of `cols` columns for `type`, whose full-precision scalar is
   /// `scalar_bytes` wide.
   static Index panel_bytes(WeightType type, Index cols, Index scalar_bytes) {
@@ -164,28 +219,46 @@ struct PanelFormat {
         return quant_blocks(cols) * block_bytes(type);
     }
   }
+  /// A code's value is its unsigned form (the byte of q8, the four bits of q4) minus this.
+  static constexpr int offset(WeightType type) { return type == WeightType::kQ8 ? 128 : 8; }
+  /// The byte of a block's code area holding column q (< 32) of row r (< 48).
+  static Index byte_of(WeightType type, Index r, Index q) {
+    const Index column = type == WeightType::kQ8 ? q : q % 16;
+    return (column / 4 * kWidth + r) * 4 + column % 4;
+  }
+  /// The unsigned code of column q of row r in a block.
+  static int code(WeightType type, const uint8_t* block, Index r, Index q) {
+    const int byte = block[byte_of(type, r, q)];
+    if (type == WeightType::kQ8) return byte;
+    return q < 16 ? byte & 0xf : byte >> 4;
+  }
+  static const uint16_t* scales(WeightType type, const uint8_t* block) {
+    return reinterpret_cast<const uint16_t*>(block + code_area(type));
+  }
 };
 
-/// Writes rows [0, src.rows) of `src` (<= 48 rows) into a q8/q4 panel (zeroed beforehand, so the
-/// missing rows and columns stay zero).
+/// Writes rows [0, src.rows) of `src` (<= 48 rows) into a q8/q4 panel (zeroed beforehand). The
+/// missing rows and columns get the code of value 0 and scale 0.
 inline void pack_panel(const StoredRows& src, uint8_t* panel) {
-  constexpr Index kWidth = PanelFormat::kWidth;
   const WeightType type = src.type;
   const Index blocks = quant_blocks(src.cols), block_bytes = PanelFormat::block_bytes(type);
+  const Index area = PanelFormat::code_area(type);
   for (Index b = 0; b < blocks; ++b) {
     uint8_t* block = panel + b * block_bytes;
+    std::fill(block, block + area, type == WeightType::kQ8 ? 0x80 : 0x88);
+    auto* scales = reinterpret_cast<uint16_t*>(block + area);
     const Index c0 = b * kQuantBlock, c1 = std::min(src.cols, c0 + kQuantBlock);
-    const Index code_area =
-        type == WeightType::kQ8 ? kQuantBlock * kWidth : kQuantBlock / 2 * kWidth;
-    auto* scales = reinterpret_cast<uint16_t*>(block + code_area);
     for (Index r = 0; r < src.rows; ++r) {
       scales[r] = src.scales[r * blocks + b];
       for (Index c = c0; c < c1; ++c) {
         const Index q = c - c0;
-        if (type == WeightType::kQ8)
-          block[q * kWidth + r] = static_cast<uint8_t>(static_cast<int8_t>(src.code(r, c)));
-        else
-          block[(q / 2) * kWidth + r] |= static_cast<uint8_t>(src.code(r, c) << (4 * (q % 2)));
+        uint8_t& byte = block[PanelFormat::byte_of(type, r, q)];
+        if (type == WeightType::kQ8) {
+          byte = static_cast<uint8_t>(src.code(r, c) + 128);
+        } else {
+          const int shift = q < 16 ? 0 : 4;
+          byte = static_cast<uint8_t>((byte & ~(0xf << shift)) | (src.code(r, c) << shift));
+        }
       }
     }
   }
@@ -193,75 +266,39 @@ inline void pack_panel(const StoredRows& src, uint8_t* panel) {
 
 /// The inverse of pack_panel for rows [first, first + out.rows) of the panel (out already resized).
 inline void unpack_panel_codes(const uint8_t* panel, Index first, StoredRows& out) {
-  constexpr Index kWidth = PanelFormat::kWidth;
   const WeightType type = out.type;
   const Index blocks = quant_blocks(out.cols), block_bytes = PanelFormat::block_bytes(type);
   for (Index b = 0; b < blocks; ++b) {
     const uint8_t* block = panel + b * block_bytes;
     const Index c0 = b * kQuantBlock, c1 = std::min(out.cols, c0 + kQuantBlock);
-    const Index code_area =
-        type == WeightType::kQ8 ? kQuantBlock * kWidth : kQuantBlock / 2 * kWidth;
-    const auto* scales = reinterpret_cast<const uint16_t*>(block + code_area);
     for (Index r = 0; r < out.rows; ++r) {
-      const Index pr = first + r;
-      out.scales[r * blocks + b] = scales[pr];
+      out.scales[r * blocks + b] = PanelFormat::scales(type, block)[first + r];
       for (Index c = c0; c < c1; ++c) {
-        const Index q = c - c0;
-        out.set_code(r, c,
-                     type == WeightType::kQ8
-                         ? static_cast<int8_t>(block[q * kWidth + pr])
-                         : (block[(q / 2) * kWidth + pr] >> (4 * (q % 2))) & 0xf);
+        const int code = PanelFormat::code(type, block, first + r, c - c0);
+        out.set_code(r, c, type == WeightType::kQ8 ? code - 128 : code);
       }
     }
   }
 }
 
-/// kLanes codes as a float packet: int8 values (q8), the four bits at `shift` of bytes (q4), or
-/// bfloat16s. With the widest integer-to-float conversions the target has; a plain loop
+/// tile[q][r] = the value of code (q, r) of a q8/q4 block (n, or n - 8), unscaled, for q < 32
+/// and r < 48: the portable kernel's operand.
+inline void unpack_block_codes(WeightType type, const uint8_t* block, float* tile) {
+  constexpr Index kWidth = PanelFormat::kWidth;
+  const int offset = PanelFormat::offset(type);
+  for (Index q = 0; q < kQuantBlock; ++q)
+    for (Index r = 0; r < kWidth; ++r)
+      tile[q * kWidth + r] = float(PanelFormat::code(type, block, r, q) - offset);
+}
+
+/// bfloat16s as a float packet, with the widest conversion the target has; a plain loop
 /// otherwise.
 template <typename Scalar>
-struct CodeLoader {
+struct Bf16Loader {
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
   static constexpr int kLanes = Eigen::internal::unpacket_traits<Packet>::size;
 
-  static Packet int8s(const uint8_t* p) {
-#if defined(__AVX512F__)
-    if constexpr (kLanes == 16)
-      return _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-#endif
-#if defined(__AVX2__)
-    if constexpr (kLanes == 8)
-      return _mm256_cvtepi32_ps(
-          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-#endif
-    float v[kLanes];
-    for (int i = 0; i < kLanes; ++i) v[i] = float(static_cast<int8_t>(p[i]));
-    return Eigen::internal::ploadu<Packet>(v);
-  }
-
-  /// The low (high = false) or the high four bits of kLanes bytes: a row of q4 codes.
-  static Packet nibbles(const uint8_t* p, bool high) {
-#if defined(__AVX512F__)
-    if constexpr (kLanes == 16) {
-      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      return _mm512_cvtepi32_ps(high ? _mm512_srli_epi32(b, 4)
-                                     : _mm512_and_si512(b, _mm512_set1_epi32(0xf)));
-    }
-#endif
-#if defined(__AVX2__)
-    if constexpr (kLanes == 8) {
-      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-      return _mm256_cvtepi32_ps(high ? _mm256_srli_epi32(b, 4)
-                                     : _mm256_and_si256(b, _mm256_set1_epi32(0xf)));
-    }
-#endif
-    float v[kLanes];
-    for (int i = 0; i < kLanes; ++i) v[i] = float(high ? p[i] >> 4 : p[i] & 0xf);
-    return Eigen::internal::ploadu<Packet>(v);
-  }
-
-  static Packet bf16s(const uint16_t* p) {
+  static Packet load(const uint16_t* p) {
 #if defined(__AVX512F__)
     if constexpr (kLanes == 16)
       return _mm512_castsi512_ps(_mm512_slli_epi32(
@@ -278,89 +315,82 @@ struct CodeLoader {
   }
 };
 
-/// The rows [q0, q0 + depth) of a bf16, q8 or q4 panel as float packets: row(q, j) is packet j
-/// (panel rows 48·p + j·kLanes ...) of input position q0 + q. The one place these types turn into
-/// floats: q8 as scale · n, q4 as scale · n - 8 · scale (exact, fused or not), bf16 by shifting.
-/// The products call it for each panel row (decoding in registers) or through unpack_tile.
-template <WeightType kType>
-struct PackedRows {
-  using Load = CodeLoader<float>;
-  using Packet = typename Load::Packet;
+/// The rows [q0, q0 + depth) of a bf16 panel as float packets: row(q, j) is packet j (panel rows
+/// j·kLanes ...) of input position q0 + q. The products call it for each panel row (decoding in
+/// registers) or through unpack_bf16_tile.
+struct Bf16Rows {
+  using Load = Bf16Loader<float>;
+  using Packet = Load::Packet;
   static constexpr Index kWidth = PanelFormat::kWidth, kLanes = Load::kLanes;
-  static constexpr Index kMaxDepth = 128;  // the products' depth slice
 
-  PackedRows(const uint8_t* panel, Index q0, Index depth) : panel_(panel), q0_(q0) {
-    if constexpr (kType != WeightType::kBF16) {
-      constexpr Index kCodeBytes =
-          kType == WeightType::kQ8 ? kQuantBlock * kWidth : kQuantBlock / 2 * kWidth;
-      for (Index b = 0; b * kQuantBlock < depth; ++b) {
-        const uint8_t* block = this->block(b * kQuantBlock);
-        halves_to_floats(reinterpret_cast<const uint16_t*>(block + kCodeBytes), scale_[b], kWidth);
-        for (Index r = 0; r < kWidth; ++r) offset_[b][r] = -8 * scale_[b][r];
-      }
-    }
-  }
-
+  const uint8_t* panel;
+  Index q0;
   Packet row(Index q, Index j) const {
-    namespace ei = Eigen::internal;
-    if constexpr (kType == WeightType::kBF16) {
-      return Load::bf16s(reinterpret_cast<const uint16_t*>(panel_) + (q0_ + q) * kWidth +
-                         j * kLanes);
-    } else {
-      const Index b = q / kQuantBlock, in_block = (q0_ + q) % kQuantBlock;
-      const Packet s = ei::pload<Packet>(scale_[b] + j * kLanes);
-      if constexpr (kType == WeightType::kQ8)
-        return ei::pmul(s, Load::int8s(block(q) + in_block * kWidth + j * kLanes));
-      return ei::pmadd(s,
-                       Load::nibbles(block(q) + in_block / 2 * kWidth + j * kLanes, in_block % 2),
-                       ei::pload<Packet>(offset_[b] + j * kLanes));
-    }
+    return Load::load(reinterpret_cast<const uint16_t*>(panel) + (q0 + q) * kWidth + j * kLanes);
   }
-
- private:
-  const uint8_t* block(Index q) const {
-    return panel_ + (q0_ + q) / kQuantBlock * PanelFormat::block_bytes(kType);
-  }
-
-  const uint8_t* panel_;
-  Index q0_;
-  alignas(64) float scale_[kMaxDepth / kQuantBlock][kWidth];
-  alignas(64) float offset_[kMaxDepth / kQuantBlock][kWidth];
 };
 
-/// Calls f(rows) with the PackedRows of a bf16, q8 or q4 panel's rows [q0, q0 + depth).
-template <typename F>
-void with_packed_rows(WeightType type, const uint8_t* panel, Index q0, Index depth, F&& f) {
-  switch (type) {
-    case WeightType::kBF16:
-      return f(PackedRows<WeightType::kBF16>(panel, q0, depth));
-    case WeightType::kQ8:
-      return f(PackedRows<WeightType::kQ8>(panel, q0, depth));
-    case WeightType::kQ4:
-      return f(PackedRows<WeightType::kQ4>(panel, q0, depth));
-    case WeightType::kF32:
-      break;
-  }
-  throw InvalidArgument("with_packed_rows: bf16, q8 or q4 only");
+/// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16 panel.
+inline void unpack_bf16_tile(const uint8_t* panel, Index q0, Index depth, float* tile) {
+  const Bf16Rows rows{panel, q0};
+  for (Index q = 0; q < depth; ++q)
+    for (Index j = 0; j < Bf16Rows::kWidth / Bf16Rows::kLanes; ++j)
+      Eigen::internal::pstoreu(tile + q * Bf16Rows::kWidth + j * Bf16Rows::kLanes, rows.row(q, j));
 }
 
-/// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16, q8
-/// or q4 panel (PackedRows); q0 is a multiple of kQuantBlock, depth at most 128.
-template <typename Scalar>
-void unpack_tile(WeightType type, const uint8_t* panel, Index q0, Index depth, Scalar* tile) {
-  static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
-  if constexpr (std::is_same_v<Scalar, float>) {
-    with_packed_rows(type, panel, q0, depth, [&](const auto& rows) {
-      using Rows = std::decay_t<decltype(rows)>;
-      for (Index q = 0; q < depth; ++q)
-        for (Index j = 0; j < Rows::kWidth / Rows::kLanes; ++j)
-          Eigen::internal::pstoreu(tile + q * Rows::kWidth + j * Rows::kLanes, rows.row(q, j));
-    });
-  } else {  // double models hold f32 weights only (LinearWeight::resize); never reached
-    (void)type, (void)panel, (void)q0, (void)depth, (void)tile;
-    throw InvalidArgument("LinearWeight: bf16, q8 and q4 weights are for float models");
+/// The int8 dot-product instructions, where the target has them (AVX512-VNNI on 512-bit
+/// registers, else AVX-VNNI on 256-bit ones): dot(acc, u, s) adds to each 32-bit lane of acc the
+/// four products of the lane's unsigned bytes of u with its signed bytes of s, exactly.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define RETNET_INT8_DOTS 1
+struct Int8Dots {
+  using Ints = __m512i;
+  using Floats = __m512;
+  static constexpr Index kLanes = 16;
+  static Ints zero() { return _mm512_setzero_si512(); }
+  static Ints load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static Ints dot(Ints acc, Ints u, Ints s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static Ints set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static Ints sub(Ints a, Ints b) { return _mm512_sub_epi32(a, b); }
+  static Ints low_nibbles(Ints v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+  static Ints high_nibbles(Ints v) {
+    return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
   }
-}
+  static Floats to_float(Ints v) { return _mm512_cvtepi32_ps(v); }
+  static Floats halves(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+#elif defined(__AVXVNNI__)
+#define RETNET_INT8_DOTS 1
+struct Int8Dots {
+  using Ints = __m256i;
+  using Floats = __m256;
+  static constexpr Index kLanes = 8;
+  static Ints zero() { return _mm256_setzero_si256(); }
+  static Ints load(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const Ints*>(p));
+  }
+  static Ints dot(Ints acc, Ints u, Ints s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+  static Ints set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static Ints sub(Ints a, Ints b) { return _mm256_sub_epi32(a, b); }
+  static Ints low_nibbles(Ints v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+  static Ints high_nibbles(Ints v) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+  }
+  static Floats to_float(Ints v) { return _mm256_cvtepi32_ps(v); }
+  static Floats halves(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+#endif
+
+/// Whether q8/q4 products use Int8Dots (else the portable kernel: the same sums in float).
+#ifdef RETNET_INT8_DOTS
+constexpr bool kHasInt8Dots = true;
+#else
+constexpr bool kHasInt8Dots = false;
+#endif
 
 }  // namespace detail
 }  // namespace retnet
