@@ -150,6 +150,8 @@ Matrix<float> reference_int8_product(const Matrix<float>& x, const LinearWeight<
 }
 
 TEST(WeightTypes, ProductsFollowTheDefinition) {
+  std::printf("q8/q4 products on this build: int8 dot products %s\n",
+              retnet::int8_dot_instructions());
   std::mt19937 rng(3);
   for (WeightType type : kTypes) {
     for (Index cols : {300, 64}) {

@@ -369,6 +369,7 @@ int bench(const Args& args) {
                         {"batch", batch},
                         {"threads", retnet::num_threads()},
                         {"weights", retnet::weight_type_name(config.weights)},
+                        {"int8_dot_instructions", retnet::int8_dot_instructions()},
                         {"mode", retnet::form_name(form)},
                         {"logits", logits_flag},
                         {"repeat", repeat},
@@ -391,8 +392,11 @@ int bench(const Args& args) {
     std::printf("decode:  %ld x %ld tokens in %.3f s = %.1f tokens/s (%.2f ms/step)\n", long(batch),
                 long(gen_len), decode, decode_tps,
                 gen_len ? 1000.0 * decode / double(gen_len) : 0.0);
-    std::printf("weights %.1f MB, state %.1f KB, peak RSS %.1f MB (median of %d runs)\n",
-                weight_bytes / 1e6, state_bytes / 1e3, peak_rss_bytes() / 1e6, repeat);
+    std::printf("weights %.1f MB (%s), state %.1f KB, peak RSS %.1f MB (median of %d runs)\n",
+                weight_bytes / 1e6, retnet::weight_type_name(config.weights), state_bytes / 1e3,
+                peak_rss_bytes() / 1e6, repeat);
+    if (retnet::is_block_quantised(config.weights))
+      std::printf("q8/q4 products: int8 dot products %s\n", retnet::int8_dot_instructions());
   }
   return 0;
 }

@@ -38,6 +38,10 @@ inline int num_threads() {
 /// a body throws (std::bad_alloc for a form too large for memory, say) is kept and rethrown here.
 template <typename Body>
 void parallel_for(Index n, Body&& body) {
+  if (n == 1) {  // no team of threads to wake and wait for
+    body(Index(0));
+    return;
+  }
   std::exception_ptr error;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)

@@ -393,4 +393,16 @@ constexpr bool kHasInt8Dots = false;
 #endif
 
 }  // namespace detail
+
+/// The instructions q8/q4 products are compiled to use: "AVX512-VNNI", "AVX-VNNI" or "none"
+/// (the portable kernel).
+inline const char* int8_dot_instructions() {
+#if defined(RETNET_INT8_DOTS) && defined(__AVX512VNNI__)
+  return "AVX512-VNNI";
+#elif defined(RETNET_INT8_DOTS)
+  return "AVX-VNNI";
+#else
+  return "none";
+#endif
+}
 }  // namespace retnet
