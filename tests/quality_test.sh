@@ -5,8 +5,9 @@
 # the held-out last 10 % of Tiny Shakespeare, bytes 1 003 854 to 1 012 045 of the corpus).
 #
 # 1. `retnet score --file TEXT --weights T`: nats/byte relative to f32 at most +0.02 % (bf16),
-#    +0.02 % (q8), +1.0 % (q4). Measured on this text: +0.0029 %, -0.00007 %, +0.765 % (on the
-#    whole held-out: -0.0008 %, +0.0044 %, +0.362 %; q4 varies more over short texts). The issue's targets are +0.1, +0.5 and
+#    +0.05 % (q8), +1.0 % (q4). Measured on this text: +0.0029 %, +0.0183 %, +0.761 % (on the
+#    whole held-out: -0.0008 %, +0.0098 %, +0.364 %; q4 varies more over short texts; q8/q4
+#    products round their input to int8 too, which moved q8 from -0.00007 % here). The issue's targets are +0.1, +0.5 and
 #    +4 %; these bounds are tighter so that a loss of precision shows long before a target is
 #    missed. q4 must also cost at least +0.1 % and bf16 and q8 must differ from f32 at all,
 #    or --weights was not applied.
@@ -23,7 +24,7 @@ failed=0
 . "$(dirname "$0")/checks.sh"  # json_number, check
 
 # --- 1. held-out nats/byte
-declare -A nats bound=([bf16]=0.0002 [q8]=0.0002 [q4]=0.010)
+declare -A nats bound=([bf16]=0.0002 [q8]=0.0005 [q4]=0.010)
 for t in f32 bf16 q8 q4; do
   if "$retnet" score -m "$model" --file "$text" --weights $t --json --threads 1 >"$work/$t.json" 2>"$work/err"; then
     nats[$t]=$(json_number "$work/$t.json" nats_per_token)
