@@ -342,6 +342,44 @@ TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
   EXPECT_GT(stats.largest_step, 16u);
 }
 
+TEST(ServeEngine, ShortPromptsWaitingTogetherAreReadInOneTurn) {
+  auto& f = fixture();
+  // A long prompt is read one whole chunk a turn (64 tokens, the turn's budget) while the others
+  // arrive; then six short ones (50 tokens to read; "Z" has none and joins at once) are read in
+  // one turn, and the last (40 tokens) does not fit in what is left of that chunk and waits.
+  std::string history;
+  while (history.size() < 64 * 150 + 1) history += "ROMEO:\nWhat light through yonder window? ";
+  history.resize(64 * 150 + 1);  // all but its last token: exactly 150 chunks
+  const std::vector<std::string> prompts = {
+      history,     "ROMEO:", "JULIET:",   "KING HENRY:",       "First Citizen:",
+      "MENENIUS:", "Z",      "What, ho!", std::string(41, 'x')};
+  EngineOptions options = one_thread();
+  options.max_batch = 16;
+  options.prefill_chunk = 64;
+  std::vector<std::string> alone;
+  {
+    Engine engine(f.model, f.tokenizer, options);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto job = make_job(prompts[i], 20, 7 + i);
+      ASSERT_TRUE(engine.submit(job));
+      alone.push_back(drain(*job));
+      ASSERT_EQ(alone.back().rfind("ERROR", 0), std::string::npos) << alone.back();
+    }
+    EXPECT_EQ(settled(engine).largest_prefill, 1u);
+  }
+  Engine engine(f.model, f.tokenizer, options);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    jobs.push_back(make_job(prompts[i], 20, 7 + i));
+    ASSERT_TRUE(engine.submit(jobs.back()));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(drain(*jobs[i]), alone[i]) << i;
+  const auto stats = settled(engine);
+  EXPECT_EQ(stats.completed, prompts.size());
+  EXPECT_EQ(stats.largest_prefill, 6u);          // the short prompts, in one turn
+  EXPECT_EQ(stats.largest_prefill_tokens, 64u);  // never more than one chunk in a turn
+}
+
 TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
   auto& f = fixture();
   Engine engine(f.model, f.tokenizer, one_thread());

@@ -159,6 +159,7 @@ struct Server {
               {"prefilling", e.prefilling},
               {"decoding", e.decoding},
               {"largest_step", e.largest_step},
+              {"largest_prefill", e.largest_prefill},
               {"completed", e.completed},
               {"cancelled", e.cancelled},
               {"failed", e.failed},

@@ -2,8 +2,13 @@
 // workspaces. Each turn of its loop
 //   1. takes new requests and drops cancelled ones (a cancelled request leaves the batch here,
 //      before the next step);
-//   2. reads one chunk of one waiting prompt into a state of its own (so running streams wait
-//      at most one chunk); a prompt read to its end joins the batch as one more row;
+//   2. reads waiting prompts, each into a state of its own, within a budget of prefill_chunk
+//      tokens for the whole turn (so running streams wait at most one chunk): the first prompt
+//      in arrival order reads its next piece, the others theirs while they fit in what is left.
+//      A piece is always the one that prompt would read alone (min(prefill_chunk, tokens left)),
+//      so a prompt is read in the same segments, and gets the same bits, whatever else waits;
+//      many short prompts that arrive together join in one turn instead of one per turn. A
+//      prompt read to its end joins the batch as one more row;
 //   3. advances every decoding request by one token in one batched step of exactly as many rows
 //      as there are decoding requests, samples each row with the request's own seeded Sampler
 //      and hands the text to the request's reader.
@@ -211,7 +216,9 @@ struct EngineOptions {
 
 struct EngineStats {
   size_t queued = 0, prefilling = 0, decoding = 0;
-  size_t largest_step = 0;  // the most rows one step has run
+  size_t largest_step = 0;            // the most rows one step has run
+  size_t largest_prefill = 0;         // the most prompts one turn has read from
+  size_t largest_prefill_tokens = 0;  // the most prompt tokens one turn has read
   uint64_t completed = 0, cancelled = 0, failed = 0, tokens = 0, steps = 0;
 };
 
@@ -292,8 +299,8 @@ class Engine {
       }
       try {
         drop_cancelled();
-        if (!prefilling_ && !waiting_.empty() && fits_another()) start_prefill();
-        if (prefilling_) prefill_chunk();
+        while (!waiting_.empty() && fits_another()) start_prefill();
+        if (!prefilling_.empty()) prefill_turn();
         if (batch_.size() > 0) decode_step();
       } catch (const std::exception& e) {
         fail_all(std::string("internal error: ") + e.what());
@@ -309,14 +316,16 @@ class Engine {
   }
 
   bool has_work() const {
-    return prefilling_ || batch_.size() > 0 || (!waiting_.empty() && fits_another());
+    return !prefilling_.empty() || batch_.size() > 0 || (!waiting_.empty() && fits_another());
   }
-  bool fits_another() const { return batch_.size() + (prefilling_ ? 1 : 0) < options_.max_batch; }
+  bool fits_another() const {
+    return batch_.size() + Index(prefilling_.size()) < options_.max_batch;
+  }
 
   void publish_stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     waiting_count_ = waiting_.size();
-    stats_.prefilling = prefilling_ ? 1 : 0;
+    stats_.prefilling = prefilling_.size();
     stats_.decoding = static_cast<size_t>(batch_.size());
   }
 
@@ -334,11 +343,14 @@ class Engine {
       } else {
         ++it;
       }
-    if (prefilling_ && prefilling_->job->cancelled()) {
-      count(&EngineStats::cancelled);
-      prefilling_->job->finish("", "cancelled");
-      prefilling_.reset();
-    }
+    for (auto it = prefilling_.begin(); it != prefilling_.end();)
+      if ((*it)->job->cancelled()) {
+        count(&EngineStats::cancelled);
+        (*it)->job->finish("", "cancelled");
+        it = prefilling_.erase(it);
+      } else {
+        ++it;
+      }
     for (Index r = 0; r < batch_.size();) {
       if (decoding_[r]->job->cancelled()) {
         count(&EngineStats::cancelled);
@@ -351,7 +363,9 @@ class Engine {
   }
 
   void fail_all(const std::string& message) {
-    if (prefilling_) prefilling_->job->finish("", message), prefilling_.reset();
+    for (auto& r : prefilling_)
+      if (r) r->job->finish("", message);  // (a slot left empty by a throw in prefill_turn)
+    prefilling_.clear();
     for (auto& r : decoding_) r->job->finish("", message);
     count(&EngineStats::failed, decoding_.size());
     decoding_.clear();
@@ -394,37 +408,59 @@ class Engine {
       count(&EngineStats::failed);
       return;
     }
-    prefilling_ = std::move(r);
+    prefilling_.push_back(std::move(r));
   }
 
-  void prefill_chunk() {
-    Running& r = *prefilling_;
-    try {
-      if (r.read < r.to_read.size()) {
-        const Index len = std::min<Index>(options_.prefill_chunk, Index(r.to_read.size() - r.read));
-        const Eigen::Map<const TokenMatrix> tokens(r.to_read.data() + r.read, 1, len);
-        model_.forward_segments(
-            TokenMatrix(tokens), Form::kChunkwise, options_.prefill_chunk, r.state, ws_prefill_,
-            [](Index, Index, const Matrix<float>&) {}, LogitsMode::kNone);
+  /// The prompt tokens of this turn: the first prompt's next piece, then, in arrival order,
+  /// each other prompt's next piece that fits in the rest of one chunk. Prompts read to their
+  /// end join the batch (or finish, with max_tokens 0).
+  void prefill_turn() {
+    Index budget = options_.prefill_chunk;
+    size_t prompts = 0;
+    for (size_t i = 0; i < prefilling_.size(); ++i) {
+      Running& r = *prefilling_[i];
+      const Index len = std::min<Index>(options_.prefill_chunk, Index(r.to_read.size() - r.read));
+      if (i > 0 && len > budget) continue;
+      if (len > 0) {
+        try {
+          const Eigen::Map<const TokenMatrix> tokens(r.to_read.data() + r.read, 1, len);
+          model_.forward_segments(
+              TokenMatrix(tokens), Form::kChunkwise, options_.prefill_chunk, r.state, ws_prefill_,
+              [](Index, Index, const Matrix<float>&) {}, LogitsMode::kNone);
+        } catch (const std::exception& e) {
+          r.job->finish("", e.what());
+          count(&EngineStats::failed);
+          prefilling_[i].reset();
+          continue;
+        }
         r.read += static_cast<size_t>(len);
+        budget -= std::min(budget, len);
+        ++prompts;
       }
-    } catch (const std::exception& e) {
-      r.job->finish("", e.what());
-      count(&EngineStats::failed);
-      prefilling_.reset();
-      return;
+      if (r.read == r.to_read.size()) prompt_read(prefilling_[i]);
     }
-    if (r.read < r.to_read.size()) return;
+    prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), nullptr),
+                      prefilling_.end());
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.largest_prefill = std::max(stats_.largest_prefill, prompts);
+    stats_.largest_prefill_tokens =
+        std::max(stats_.largest_prefill_tokens, size_t(options_.prefill_chunk - budget));
+  }
+
+  /// A prompt read to its end joins the batch (or, asking for no tokens, completes); `slot` is
+  /// left empty.
+  void prompt_read(RunningPtr& slot) {
+    Running& r = *slot;
     r.prompt_done = Clock::now();
     r.to_read = {};
     if (r.job->params_.max_tokens == 0) {
       complete(r, "length", &r.state);
-      prefilling_.reset();
+      slot.reset();
       return;
     }
     batch_.add(std::move(r.state));
     r.state = ModelState<float>{};
-    decoding_.push_back(std::move(prefilling_));
+    decoding_.push_back(std::move(slot));
   }
 
   // -------------------------------------------------------------- decoding
@@ -566,8 +602,8 @@ class Engine {
 
   // The engine thread's own.
   std::deque<std::shared_ptr<Job>> waiting_;
-  RunningPtr prefilling_;
-  std::vector<RunningPtr> decoding_;  // decoding_[r] is in row r of batch_
+  std::vector<RunningPtr> prefilling_;  // prompts being read, in arrival order
+  std::vector<RunningPtr> decoding_;    // decoding_[r] is in row r of batch_
   DecodeBatch batch_;
   Workspace<float> ws_prefill_, ws_step_;
   Matrix<float> logits_;
