@@ -301,7 +301,9 @@ struct Int8Product {
 
 #ifdef RETNET_INT8_DOTS
   /// With Int8Dots: a 32-bit lane of a panel's code vector holds 4 columns of one row, so each
-  /// instruction adds 4 products for kLanes rows of W against 4 broadcast codes of x.
+  /// dot product adds 4 products for kLanes rows of W against 4 broadcast codes of x (one
+  /// instruction with VNNI; with AVX2 alone vpmaddubsw, vpmaddwd and an add, and for q8 the
+  /// signs).
   template <WeightType kType>
   struct IntegerKernel {
     using Ops = detail::Int8Dots;
@@ -314,6 +316,8 @@ struct Int8Product {
     /// Rows of x per block: MR·kPackets accumulators, kChunk code vectors (two halves each for
     /// q4), two broadcasts and q4's nibble mask fit the registers: 7 with AVX-512, 1 with AVX2.
     static constexpr int kRows = std::max(1, (kRegisters - 2 * kChunk - 3) / kPackets);
+    /// What the dot products add beyond Σ n_w · n_x, per unit of Σ n_x (Int8Dots).
+    static constexpr int kOffset = kType == WeightType::kQ8 ? Ops::kQ8Offset : 8;
 
     template <int MR>
     static void block(const Int8Rows& x, Index i0, const uint8_t* panel, Index b0, Index b1,
@@ -343,7 +347,7 @@ struct Int8Product {
               for (int i = 0; i < MR; ++i) {
                 const Ints xi = x4(i, 4 * g);
                 for (int j = 0; j < kChunk; ++j)
-                  acc[i][j0 + j] = Ops::dot(acc[i][j0 + j], w[j], xi);
+                  acc[i][j0 + j] = Ops::dot_q8(acc[i][j0 + j], w[j], xi);
               }
             }
         } else {  // a byte holds column q (low four bits) and q + 16 (high four)
@@ -363,13 +367,13 @@ struct Int8Product {
               }
             }
         }
-        // Σ n_w · n_x = Σ code · n_x - offset · Σ n_x, then scaled into the row's chain.
+        // Σ n_w · n_x = (the dot products) - offset · Σ n_x, then scaled into the row's chain.
         const uint16_t* scales = Format::scales(kType, codes);
         Floats s[kPackets];
         for (int j = 0; j < kPackets; ++j) s[j] = Ops::halves(scales + j * kLanes);
         for (int i = 0; i < MR; ++i) {
           const Index at = (i0 + i) * x.blocks + b;
-          const Ints correction = Ops::set1(Format::offset(kType) * x.sums[at]);
+          const Ints correction = Ops::set1(kOffset * x.sums[at]);
           const Floats sx = ei::pset1<Floats>(x.scales[at]);
           for (int j = 0; j < kPackets; ++j) {
             float* o = out[i] + j * kLanes;
