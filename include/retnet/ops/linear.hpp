@@ -65,7 +65,6 @@ class LinearWeight {
   void assign(Index rows, Index cols, WeightType type, FillRows&& fill) {
     resize(rows, cols, type);
     Matrix<Scalar> panel_rows(kPanelRows, cols);  // zero past the last row of W
-    std::vector<float> as_float;
     StoredRows codes;
     for (Index p = 0; p < panels(); ++p) {
       const Index first = p * kPanelRows, n = std::min(kPanelRows, rows - first);
@@ -80,10 +79,8 @@ class LinearWeight {
         for (Index q = 0; q < cols; ++q)
           for (Index r = 0; r < kPanelRows; ++r)
             out[q * kPanelRows + r] = float_to_bf16(static_cast<float>(panel_rows(r, q)));
-      } else {
-        as_float.resize(static_cast<size_t>(n * cols));
-        for (Index i = 0; i < n * cols; ++i) as_float[i] = static_cast<float>(panel_rows.data()[i]);
-        quantize_rows(type, as_float.data(), n, cols, codes);
+      } else if constexpr (std::is_same_v<Scalar, float>) {  // q8/q4 (float models only)
+        quantize_rows(type, panel_rows.data(), n, cols, codes);
         detail::pack_panel(codes, panel);
       }
     }
