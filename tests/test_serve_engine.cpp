@@ -396,11 +396,23 @@ TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
   EXPECT_EQ(first->result().state->model.positions[0], 6 + 15 - 1);
 
   auto p2 = params("", 25, 1, 0.0f);
-  p2.start = std::move(first->result().state);
+  const auto start = std::make_shared<const State>(*first->result().state);
+  const State before = *start;
+  p2.start = start;
   auto second = make_job(std::move(p2));
   ASSERT_TRUE(engine.submit(second));
   text += drain(*second);
   EXPECT_EQ(text, expected);
+  // The engine read the state it was given into a copy of its own: a session's stored state is
+  // never changed by the request that continues it.
+  EXPECT_EQ(start->pending, before.pending);
+  EXPECT_EQ(start->recent, before.recent);
+  EXPECT_EQ(start->model.positions, before.model.positions);
+  ASSERT_EQ(start->model.layers.size(), before.model.layers.size());
+  for (size_t l = 0; l < before.model.layers.size(); ++l)
+    EXPECT_EQ(std::memcmp(start->model.layers[l].data(), before.model.layers[l].data(),
+                          sizeof(float) * size_t(before.model.layers[l].size())),
+              0);
   EXPECT_EQ(second->result().prompt_tokens, 0);
   EXPECT_EQ(second->result().completion_tokens, 25);
 }
@@ -472,7 +484,8 @@ TEST(ServeSessions, IdsAreNeverPaths) {
 TEST(ServeSessions, LeastRecentlyUsedSpillToDiskAndSurviveARestart) {
   auto& f = fixture();
   retnet::testing::TempDir dir;
-  const size_t one = Session{State{f.model.new_state(1), 7, {1, 2, 3}}}.bytes();
+  const size_t one =
+      Session{std::make_shared<const State>(State{f.model.new_state(1), 7, {1, 2, 3}})}.bytes();
   std::string a = "a", b = "b", c;
   {
     SessionStore store(f.model, 2 * one + one / 2, dir.str());
@@ -488,8 +501,9 @@ TEST(ServeSessions, LeastRecentlyUsedSpillToDiskAndSurviveARestart) {
       Session busy;
       EXPECT_EQ(store.acquire(*id, busy), SessionStore::Result::kBusy);
       EXPECT_EQ(store.remove(*id), SessionStore::Result::kBusy);
-      s.state = State{f.model.new_state(1), int32_t(id->size()), {1, 2, 3}};
-      s.state->model.positions[0] = 41;
+      State next{f.model.new_state(1), int32_t(id->size()), {1, 2, 3}};
+      next.model.positions[0] = 41;
+      s.state = std::make_shared<const State>(std::move(next));
       store.commit(*id, std::move(s));
     }
     const auto stats = store.stats();

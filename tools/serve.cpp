@@ -201,7 +201,7 @@ struct Server {
     void commit(std::optional<State> state) {
       if (!store) return;
       Session s;
-      s.state = std::move(state);
+      if (state) s.state = std::make_shared<const State>(std::move(*state));
       SessionStore* st = store;
       store = nullptr;
       st->commit(id, std::move(s));

@@ -59,8 +59,9 @@ struct TokenLogprob {
 
 /// What one completion asks of the engine.
 struct JobParams {
-  std::vector<int32_t> prompt;  // new tokens (may be empty when a state is continued)
-  std::optional<State> start;   // a session's state to continue; empty: a fresh sequence
+  std::vector<int32_t> prompt;         // new tokens (may be empty when a state is continued)
+  std::shared_ptr<const State> start;  // a session's state to continue (read, not changed);
+                                       // empty: a fresh sequence
   int64_t max_tokens = 16;
   SamplerParams sampler;
   std::vector<std::string> stop;
@@ -386,8 +387,10 @@ class Engine {
       // The state has read everything before `pending`. A fresh sequence reads all but the last
       // prompt token; a continued one first reads the token its last request left pending.
       if (p.start) {
-        r->state = std::move(p.start->model);
-        r->recent = std::move(p.start->recent);
+        // The request's own copy, made here rather than by the session store on an HTTP
+        // thread; the session's stored state stays as it was, whatever becomes of this request.
+        r->state = p.start->model;
+        r->recent = p.start->recent;
         r->pending = p.start->pending;
         p.start.reset();
         if (!p.prompt.empty()) r->to_read.push_back(r->pending);
