@@ -235,6 +235,7 @@ struct PanelKernel {
     for (auto& row : acc)
       for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
     for (Index q = 0; q < k; ++q) {
+      panel.prefetch(q);
       Packet xb[MR];
       for (int i = 0; i < MR; ++i) xb[i] = ei::pset1<Packet>(x[i * xs + q]);
       for (int j = 0; j < kPackets; ++j) {
@@ -264,6 +265,7 @@ struct PanelKernel {
     Packet row(Index q, Index j) const {
       return Eigen::internal::ploadu<Packet>(rows + q * kWidth + j * kLanes);
     }
+    void prefetch(Index q) const { prefetch_ahead(rows + q * kWidth, kWidth * sizeof(Scalar)); }
   };
 };
 
@@ -336,7 +338,8 @@ struct Int8Product {
         for (auto& row : acc)
           for (auto& a : row) a = Ops::zero();
         if constexpr (kType == WeightType::kQ8) {
-          for (Index g = 0; g < kQuantBlock / 4; ++g)
+          for (Index g = 0; g < kQuantBlock / 4; ++g) {
+            detail::prefetch_ahead(codes + g * kWidth * 4, kWidth * 4);
             for (int j0 = 0; j0 < kPackets; j0 += kChunk) {
               Ints w[kChunk];
               for (int j = 0; j < kChunk; ++j)
@@ -347,8 +350,10 @@ struct Int8Product {
                   acc[i][j0 + j] = Ops::dot_q8(acc[i][j0 + j], w[j], xi);
               }
             }
+          }
         } else {  // a byte holds column q (low four bits) and q + 16 (high four)
-          for (Index g = 0; g < kQuantBlock / 8; ++g)
+          for (Index g = 0; g < kQuantBlock / 8; ++g) {
+            detail::prefetch_ahead(codes + g * kWidth * 4, kWidth * 4);
             for (int j0 = 0; j0 < kPackets; j0 += kChunk) {
               Ints low[kChunk], high[kChunk];
               for (int j = 0; j < kChunk; ++j) {
@@ -363,6 +368,7 @@ struct Int8Product {
                 }
               }
             }
+          }
         }
         // Σ n_w · n_x = (the dot products) - offset · Σ n_x, then scaled into the row's chain.
         const uint16_t* scales = Format::scales(kType, codes);
