@@ -195,6 +195,28 @@ std::vector<size_t> shuffled(size_t size, std::mt19937& rng) {
   return order;
 }
 
+/// Jobs make(0) ... make(n - 1) on one engine: run one after another (`alone`), each finished
+/// before the next is submitted, or all submitted at once (`together`). Their outputs go to
+/// `outputs`, and the engine's counts once it has nothing left to do to `stats`.
+template <typename Make>
+void run_jobs(const EngineOptions& options, size_t n, Make make, bool together,
+              std::vector<std::string>& outputs, EngineStats& stats) {
+  auto& f = fixture();
+  Engine engine(f.model, f.tokenizer, options);
+  std::vector<std::shared_ptr<Job>> jobs;
+  outputs.clear();
+  for (size_t i = 0; i < n; ++i) {
+    jobs.push_back(make(i));
+    ASSERT_TRUE(engine.submit(jobs.back()));
+    if (together) continue;
+    outputs.push_back(drain(*jobs.back()));
+    ASSERT_EQ(outputs.back().rfind("ERROR", 0), std::string::npos) << outputs.back();
+  }
+  if (together)
+    for (const auto& job : jobs) outputs.push_back(drain(*job));
+  stats = settled(engine);
+}
+
 TEST(ServeBatch, EverySequenceGetsTheSameBitsAloneAndInBatchesOfAnySize) {
   const auto& model = fixture().model;
   const auto sequences = read_sequences(Index(kBatchSizes.back()));
@@ -297,7 +319,6 @@ TEST(ServeBatch, RowsLeaveAndJoinWithoutPadding) {
 }
 
 TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
-  auto& f = fixture();
   std::vector<std::string> prompts = {"ROMEO:",
                                       "JULIET:\nO Romeo",
                                       "a",
@@ -316,25 +337,12 @@ TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
   EngineOptions options = one_thread();
   options.max_batch = 32;
   options.prefill_chunk = 8;  // prompts take one to six turns, interleaved with steps
-  std::vector<std::string> alone;
-  {
-    Engine engine(f.model, f.tokenizer, options);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto job = make(i);
-      ASSERT_TRUE(engine.submit(job));
-      alone.push_back(drain(*job));
-      ASSERT_EQ(alone.back().rfind("ERROR", 0), std::string::npos) << alone.back();
-    }
-    EXPECT_EQ(settled(engine).largest_step, 1u);
-  }
-  Engine engine(f.model, f.tokenizer, options);
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    jobs.push_back(make(i));
-    ASSERT_TRUE(engine.submit(jobs.back()));
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(drain(*jobs[i]), alone[i]) << prompts[i];
-  const auto stats = settled(engine);
+  std::vector<std::string> alone, batched;
+  EngineStats stats;
+  ASSERT_NO_FATAL_FAILURE(run_jobs(options, prompts.size(), make, false, alone, stats));
+  EXPECT_EQ(stats.largest_step, 1u);
+  ASSERT_NO_FATAL_FAILURE(run_jobs(options, prompts.size(), make, true, batched, stats));
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << prompts[i];
   EXPECT_EQ(stats.completed, prompts.size());
   EXPECT_EQ(stats.decoding, 0u);
   // The batch grew one request per turn past 16 rows and shrank one by one: it was stepped with
@@ -343,7 +351,6 @@ TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
 }
 
 TEST(ServeEngine, ShortPromptsWaitingTogetherAreReadInOneTurn) {
-  auto& f = fixture();
   // A long prompt is read one whole chunk a turn (64 tokens, the turn's budget) while the others
   // arrive; then six short ones (50 tokens to read; "Z" has none and joins at once) are read in
   // one turn, and the last (40 tokens) does not fit in what is left of that chunk and waits.
@@ -356,25 +363,13 @@ TEST(ServeEngine, ShortPromptsWaitingTogetherAreReadInOneTurn) {
   EngineOptions options = one_thread();
   options.max_batch = 16;
   options.prefill_chunk = 64;
-  std::vector<std::string> alone;
-  {
-    Engine engine(f.model, f.tokenizer, options);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto job = make_job(prompts[i], 20, 7 + i);
-      ASSERT_TRUE(engine.submit(job));
-      alone.push_back(drain(*job));
-      ASSERT_EQ(alone.back().rfind("ERROR", 0), std::string::npos) << alone.back();
-    }
-    EXPECT_EQ(settled(engine).largest_prefill, 1u);
-  }
-  Engine engine(f.model, f.tokenizer, options);
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    jobs.push_back(make_job(prompts[i], 20, 7 + i));
-    ASSERT_TRUE(engine.submit(jobs.back()));
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(drain(*jobs[i]), alone[i]) << i;
-  const auto stats = settled(engine);
+  const auto make = [&](size_t i) { return make_job(prompts[i], 20, 7 + i); };
+  std::vector<std::string> alone, batched;
+  EngineStats stats;
+  ASSERT_NO_FATAL_FAILURE(run_jobs(options, prompts.size(), make, false, alone, stats));
+  EXPECT_EQ(stats.largest_prefill, 1u);
+  ASSERT_NO_FATAL_FAILURE(run_jobs(options, prompts.size(), make, true, batched, stats));
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << i;
   EXPECT_EQ(stats.completed, prompts.size());
   EXPECT_EQ(stats.largest_prefill, 6u);          // the short prompts, in one turn
   EXPECT_EQ(stats.largest_prefill_tokens, 64u);  // never more than one chunk in a turn
