@@ -123,8 +123,8 @@ inline void quantize_rows(WeightType type, const float* values, Index rows, Inde
   out.resize(type, rows, cols);
   const Index blocks = quant_blocks(cols), row_bytes = code_bytes(type, cols);
   // Rows are independent: each thread takes a share (loading a model quantises billions).
-  parallel_for(std::min<Index>(rows, num_threads()), [&](Index t) {
-    const Index shares = std::min<Index>(rows, num_threads());
+  const Index shares = std::min<Index>(rows, num_threads());
+  parallel_for(shares, [&](Index t) {
     int levels[kQuantBlock];
     for (Index r = rows * t / shares; r < rows * (t + 1) / shares; ++r) {
       const float* w = values + r * cols;
