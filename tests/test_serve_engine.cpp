@@ -161,9 +161,9 @@ std::string difference(const Trace& want, const Trace& got, size_t i) {
 }
 
 constexpr int kSteps = 4;
-// Odd sizes; both sides of the panel kernel's register block of rows (PanelKernel::kRows: 7 with
-// AVX-512, 2 with AVX2) and of the end of its few-rows path (2 blocks: 14 and 4 rows); and beyond
-// 16 rows (its many-rows path on every build).
+// Odd sizes; both sides of the kernels' register blocks of rows (PanelKernel::kRows: 8 with
+// AVX-512, 2 with AVX2; the AVX512-VNNI kernel's 7) and of the end of the few-rows path (2 blocks:
+// 16 and 4 rows); and beyond 16 rows (the many-rows path on every build).
 const std::vector<size_t> kBatchSizes = {2, 3, 4, 5, 7, 8, 9, 13, 14, 15, 16, 17, 24, 33};
 
 /// Each sequence stepped alone: what every batch must reproduce.

@@ -210,6 +210,11 @@ void for_row_blocks(Index first, Index m, F&& f) {
 /// The SIMD registers of the target (32 with AVX-512, 16 with AVX2).
 constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
 
+/// The largest power of two <= n (n >= 1).
+constexpr int floor_power_of_two(int n) {
+  return n < 2 ? 1 : 2 * floor_power_of_two(n / 2);
+}
+
 template <typename Scalar>
 struct PanelKernel {
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
@@ -217,13 +222,21 @@ struct PanelKernel {
   static constexpr Index kWidth = LinearWeight<Scalar>::kPanelRows;
   static_assert(kWidth % kLanes == 0, "a panel row must be whole SIMD packets");
   static constexpr int kPackets = static_cast<int>(kWidth / kLanes);
-  /// Rows of x per block: as many as keep MR·kPackets accumulators, the MR broadcast values of x
-  /// and one panel packet in the SIMD registers (32 with AVX-512: 7 rows of 3 packets; 16 with
-  /// AVX2: 2 rows of 6), so that nothing spills to memory inside the loop.
-  static constexpr int kRows = std::max(1, (kRegisters - 1) / (kPackets + 1));
+  /// A step of the loop below takes one panel row (kPackets packets) and MR values of x, one per
+  /// row, each broadcast to a packet. The operands either come panel first (the kPackets panel
+  /// packets held, x broadcast one row at a time) or x first (the MR broadcasts held, the panel
+  /// loaded a packet at a time); the order that holds more rows in the registers is used:
+  /// AVX-512 (32 registers, 3 packets) holds 9 rows panel first, 7 x first; AVX2 (16, 6) 1 panel
+  /// first, 2 x first.
+  static constexpr int kRowsPanelFirst = (kRegisters - kPackets - 1) / kPackets;
+  static constexpr int kRowsXFirst = (kRegisters - 1) / (kPackets + 1);
+  static constexpr bool kPanelFirst = kRowsPanelFirst >= kRowsXFirst;
+  /// Rows of x per block: the most that fit, rounded down to a power of two, so that a batch of
+  /// 8 and a prompt's 256-row block split into whole blocks (8 with AVX-512, 2 with AVX2).
+  static constexpr int kRows = floor_power_of_two(std::max({1, kRowsPanelFirst, kRowsXFirst}));
 
   /// y[i, c] (+)= Σ_{q < k} x[i, q] · panel[q, c] for i < MR, c < cols (<= kWidth): each step
-  /// loads one panel row and broadcasts MR values of x against it. Every row is one chain of
+  /// multiplies one panel row by MR broadcast values of x. Every row is one chain of
   /// multiply-adds in q order, whatever MR is, so a row's result never depends on the other rows
   /// of x (a server's batch relies on it). Three chains per row (one per packet) keep enough
   /// multiply-adds in flight at MR = 1, where reading W, not the adds, sets the pace.
@@ -236,11 +249,20 @@ struct PanelKernel {
       for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
     for (Index q = 0; q < k; ++q) {
       panel.prefetch(q);
-      Packet xb[MR];
-      for (int i = 0; i < MR; ++i) xb[i] = ei::pset1<Packet>(x[i * xs + q]);
-      for (int j = 0; j < kPackets; ++j) {
-        const Packet w = panel.row(q, j);
-        for (int i = 0; i < MR; ++i) acc[i][j] = ei::pmadd(xb[i], w, acc[i][j]);
+      if constexpr (kPanelFirst) {
+        Packet w[kPackets];
+        for (int j = 0; j < kPackets; ++j) w[j] = panel.row(q, j);
+        for (int i = 0; i < MR; ++i) {
+          const Packet xb = ei::pset1<Packet>(x[i * xs + q]);
+          for (int j = 0; j < kPackets; ++j) acc[i][j] = ei::pmadd(xb, w[j], acc[i][j]);
+        }
+      } else {
+        Packet xb[MR];
+        for (int i = 0; i < MR; ++i) xb[i] = ei::pset1<Packet>(x[i * xs + q]);
+        for (int j = 0; j < kPackets; ++j) {
+          const Packet w = panel.row(q, j);
+          for (int i = 0; i < MR; ++i) acc[i][j] = ei::pmadd(xb[i], w, acc[i][j]);
+        }
       }
     }
     for (int i = 0; i < MR; ++i) {
@@ -459,11 +481,12 @@ void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const Linea
                                                     depth, yp + i * ys, ys, cols, q0 > 0);
       });
     };
-    // Up to one block of rows reads a bf16 panel decoding each row in registers, in one pass
-    // with the loads from memory; more rows decode a tile once for all their blocks. Both decode
-    // the same values, so the results agree bit for bit.
+    // One row of x reads a bf16 panel decoding each row in registers, in one pass with the loads
+    // from memory; more rows decode a tile once for all their blocks (with the decoding in the
+    // loop, GCC 12 keeps a block's accumulators on the stack). Both decode the same values, so
+    // the results agree bit for bit.
     if constexpr (std::is_same_v<Scalar, float>) {
-      if (m <= Kernel::kRows && w.type() == WeightType::kBF16)
+      if (m == 1 && w.type() == WeightType::kBF16)
         return multiply(detail::Bf16Rows{w.packed_panel(p), q0});
     }
     multiply(typename Kernel::ScalarRows{w.tile(p, q0, depth, scratch)});
