@@ -281,13 +281,18 @@ struct PanelKernel {
     }
   }
 
-  /// Panel rows of Scalars as stored ([k][kWidth]): an f32 panel, or a decoded tile.
+  /// Panel rows of Scalars as stored ([k][kWidth]): an f32 panel, or a decoded tile. Streamed
+  /// rows are read once, from memory (decoding), and ask for their bytes ahead; the others are
+  /// read again and again from cache (a prompt's blocks of rows, a decoded tile).
+  template <bool kStreamed>
   struct ScalarRows {
     const Scalar* rows;
     Packet row(Index q, Index j) const {
       return Eigen::internal::ploadu<Packet>(rows + q * kWidth + j * kLanes);
     }
-    void prefetch(Index q) const { prefetch_ahead(rows + q * kWidth, kWidth * sizeof(Scalar)); }
+    void prefetch(Index q) const {
+      if constexpr (kStreamed) prefetch_ahead(rows + q * kWidth, kWidth * sizeof(Scalar));
+    }
   };
 };
 
@@ -431,7 +436,7 @@ struct Int8Product {
         constexpr int MR = decltype(mr)::value;
         alignas(64) float sums[MR][kWidth], out[MR][kWidth];
         Kernel::block<MR>(x.values.data() + i * x.stride + b * kQuantBlock, x.stride,
-                          Kernel::ScalarRows{tile}, kQuantBlock, &sums[0][0], kWidth, kWidth,
+                          Kernel::ScalarRows<false>{tile}, kQuantBlock, &sums[0][0], kWidth, kWidth,
                           false);
         for (int r = 0; r < MR; ++r) {
           float* yr = y + (i - i0 + r) * ys;
@@ -489,7 +494,10 @@ void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const Linea
       if (m == 1 && w.type() == WeightType::kBF16)
         return multiply(detail::Bf16Rows{w.packed_panel(p), q0});
     }
-    multiply(typename Kernel::ScalarRows{w.tile(p, q0, depth, scratch)});
+    const Scalar* tile = w.tile(p, q0, depth, scratch);
+    if (few_rows && w.type() == WeightType::kF32)
+      return multiply(typename Kernel::template ScalarRows<true>{tile});
+    multiply(typename Kernel::template ScalarRows<false>{tile});
   };
   if (few_rows) {
     for (Index p = first_panel; p < end_panel; ++p)

@@ -355,9 +355,11 @@ struct Bf16Rows {
 /// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16 panel.
 inline void unpack_bf16_tile(const uint8_t* panel, Index q0, Index depth, float* tile) {
   const Bf16Rows rows{panel, q0};
-  for (Index q = 0; q < depth; ++q)
+  for (Index q = 0; q < depth; ++q) {
+    rows.prefetch(q);
     for (Index j = 0; j < Bf16Rows::kWidth / Bf16Rows::kLanes; ++j)
       Eigen::internal::pstoreu(tile + q * Bf16Rows::kWidth + j * Bf16Rows::kLanes, rows.row(q, j));
+  }
 }
 
 /// Integer dot products of 4 bytes per 32-bit lane, with the best instructions the target has:
