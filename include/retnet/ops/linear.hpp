@@ -248,7 +248,7 @@ struct PanelKernel {
     for (auto& row : acc)
       for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
     for (Index q = 0; q < k; ++q) {
-      panel.prefetch(q);
+      panel.template prefetch<MR>(q);
       if constexpr (kPanelFirst) {
         Packet w[kPackets];
         for (int j = 0; j < kPackets; ++j) w[j] = panel.row(q, j);
@@ -290,8 +290,9 @@ struct PanelKernel {
     Packet row(Index q, Index j) const {
       return Eigen::internal::ploadu<Packet>(rows + q * kWidth + j * kLanes);
     }
+    template <int kRows>
     void prefetch(Index q) const {
-      if constexpr (kStreamed) prefetch_ahead(rows + q * kWidth, kWidth * sizeof(Scalar));
+      if constexpr (kStreamed) prefetch_ahead<kRows>(rows + q * kWidth, kWidth * sizeof(Scalar));
     }
   };
 };
@@ -366,7 +367,7 @@ struct Int8Product {
           for (auto& a : row) a = Ops::zero();
         if constexpr (kType == WeightType::kQ8) {
           for (Index g = 0; g < kQuantBlock / 4; ++g) {
-            detail::prefetch_ahead(codes + g * kWidth * 4, kWidth * 4);
+            detail::prefetch_ahead<MR>(codes + g * kWidth * 4, kWidth * 4);
             for (int j0 = 0; j0 < kPackets; j0 += kChunk) {
               Ints w[kChunk];
               for (int j = 0; j < kChunk; ++j)
@@ -380,7 +381,7 @@ struct Int8Product {
           }
         } else {  // a byte holds column q (low four bits) and q + 16 (high four)
           for (Index g = 0; g < kQuantBlock / 8; ++g) {
-            detail::prefetch_ahead(codes + g * kWidth * 4, kWidth * 4);
+            detail::prefetch_ahead<MR>(codes + g * kWidth * 4, kWidth * 4);
             for (int j0 = 0; j0 < kPackets; j0 += kChunk) {
               Ints low[kChunk], high[kChunk];
               for (int j = 0; j < kChunk; ++j) {

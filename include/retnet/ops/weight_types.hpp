@@ -211,12 +211,18 @@ namespace detail {
 /// 1.5 x slower without this; docs/PERFORMANCE.md, "Weight types: speed").
 constexpr Index kPrefetchBytes = 6144;
 
-/// Asks for the `bytes` bytes at p + kPrefetchBytes. Past the end of W this is harmless: a
-/// prefetch never faults, and the address is computed as an integer.
+/// Asks for the `bytes` bytes at p + kPrefetchBytes, for a step that multiplies them by `rows`
+/// rows of x: one row waits on nothing but the bytes, so they are asked into L1; several rows
+/// have multiply-adds to overlap with the stream, and a prefetch into L1 would hold one of the
+/// few L1 fill buffers that their own loads need, so the bytes are asked into L2 (batch 8, f32,
+/// 2 threads: 5.2 -> 3.6 ms; docs/PERFORMANCE.md, "Batch 8"). Past the end of W this is
+/// harmless: a prefetch never faults, and the address is computed as an integer.
+template <int kRows = 1>
 inline void prefetch_ahead(const void* p, Index bytes) {
+  constexpr int kLocality = kRows == 1 ? 3 : 2;  // prefetcht0 : prefetcht1
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
   for (Index b = 0; b < bytes; b += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + b));
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead + b), 0, kLocality);
 }
 
 /// Panel geometry of a weight type: see the file comment.
@@ -349,7 +355,10 @@ struct Bf16Rows {
   Packet row(Index q, Index j) const {
     return Load::load(reinterpret_cast<const uint16_t*>(panel) + (q0 + q) * kWidth + j * kLanes);
   }
-  void prefetch(Index q) const { prefetch_ahead(panel + (q0 + q) * kWidth * 2, kWidth * 2); }
+  template <int kRows = 1>
+  void prefetch(Index q) const {
+    prefetch_ahead<kRows>(panel + (q0 + q) * kWidth * 2, kWidth * 2);
+  }
 };
 
 /// tile[q - q0][r] = W[48·p + r, q] for q in [q0, q0 + depth), r < 48, decoded from a bf16 panel.
