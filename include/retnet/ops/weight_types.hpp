@@ -211,7 +211,7 @@ namespace detail {
 /// 1.5 x slower without this; docs/PERFORMANCE.md, "Weight types: speed").
 constexpr Index kPrefetchBytes = 6144;
 
-/// Asks for the `bytes` bytes at p + kPrefetchBytes, for a step that multiplies them by `rows`
+/// Asks for the `bytes` bytes at p + kPrefetchBytes, for a step that multiplies them by kRows
 /// rows of x: one row waits on nothing but the bytes, so they are asked into L1; several rows
 /// have multiply-adds to overlap with the stream, and a prefetch into L1 would hold one of the
 /// few L1 fill buffers that their own loads need, so the bytes are asked into L2 (batch 8, f32,
