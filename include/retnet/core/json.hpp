@@ -8,9 +8,12 @@
 // quote at most a bounded, escaped part of the text.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -171,5 +174,169 @@ inline std::string json_excerpt(const nlohmann::json& value, size_t max_bytes = 
   if (out.size() > max_bytes) out = out.substr(0, max_bytes) + "...";
   return out;
 }
+
+/// A field of an untrusted JSON document is missing, has the wrong type or is out of range.
+/// field() is its path in the document ("pre_tokenizer.pretokenizers[2].pattern"), so that the
+/// server can name it in a 400 reply and a loader in its FormatError.
+class JsonFieldError : public FormatError {
+ public:
+  JsonFieldError(std::string field, const std::string& message)
+      : FormatError(message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+/// The one typed reader of untrusted JSON objects (config.json, tokenizer.json, request bodies).
+/// Every read checks the type and, for numbers, the range, and fails with a JsonFieldError whose
+/// message is "LABEL: key "PATH" PROBLEM", LABEL being the file (empty for a request body) and
+/// PATH the field's place in the document. An absent key and a null value read the same.
+class JsonObject {
+ public:
+  using json = nlohmann::json;
+
+  /// `value` must be an object; `label` prefixes every message, `path` is where `value` sits.
+  JsonObject(const json& value, std::string label, std::string path = "")
+      : object_(value), label_(std::move(label)), path_(std::move(path)) {
+    if (!object_.is_object())
+      fail_at(path_.empty() ? "the document" : path_, "must be an object, found " + kind(object_));
+  }
+
+  const json& value() const { return object_; }
+  const std::string& label() const { return label_; }
+  /// The path of `key` inside this object ("decoder.type").
+  std::string path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  /// The value of `key`, or nullptr when it is absent or null.
+  const json* find(const std::string& key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  bool has(const std::string& key) const { return find(key) != nullptr; }
+  const json& require(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) fail_missing(path(key));
+    return *v;
+  }
+
+  JsonObject object(const std::string& key) const { return {require(key), label_, path(key)}; }
+  std::optional<JsonObject> optional_object(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    return JsonObject(*v, label_, path(key));
+  }
+  /// Element `index` of the array `array` (read from this object) as an object.
+  JsonObject element(const std::string& key, const json& array, size_t index) const {
+    return {array.at(index), label_, path(key) + "[" + std::to_string(index) + "]"};
+  }
+  const json& array(const std::string& key) const {
+    const json& v = require(key);
+    if (!v.is_array()) fail(key, "must be an array, found " + kind(v));
+    return v;
+  }
+
+  std::string string(const std::string& key) const { return string_value(require(key), key); }
+  std::string string(const std::string& key, const std::string& fallback) const {
+    const json* v = find(key);
+    return v ? string_value(*v, key) : fallback;
+  }
+  std::optional<std::string> optional_string(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    return string_value(*v, key);
+  }
+
+  bool boolean(const std::string& key, bool fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(key, "must be true or false, found " + json_excerpt(*v));
+    return v->get<bool>();
+  }
+
+  /// An integer in [lo, hi]; a value that does not fit in int64 is out of range, never wrapped.
+  int64_t integer(const std::string& key, int64_t lo = std::numeric_limits<int64_t>::min(),
+                  int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    return integer_value(require(key), key, lo, hi);
+  }
+  std::optional<int64_t> optional_integer(const std::string& key,
+                                          int64_t lo = std::numeric_limits<int64_t>::min(),
+                                          int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    return integer_value(*v, key, lo, hi);
+  }
+
+  /// A finite number in [lo, hi] (integers accepted).
+  double number(const std::string& key, double lo = -std::numeric_limits<double>::max(),
+                double hi = std::numeric_limits<double>::max()) const {
+    return number_value(require(key), key, lo, hi);
+  }
+  std::optional<double> optional_number(const std::string& key,
+                                        double lo = -std::numeric_limits<double>::max(),
+                                        double hi = std::numeric_limits<double>::max()) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    return number_value(*v, key, lo, hi);
+  }
+
+  /// Fails naming `key` of this object: "LABEL: key "PATH" MESSAGE".
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
+    fail_at(path(key), message);
+  }
+
+  /// What a JSON value is, for messages: "a string", "an integer", "null", ...
+  static std::string kind(const json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "a boolean";
+    if (v.is_number_integer()) return "an integer";
+    if (v.is_number()) return "a number";
+    if (v.is_string()) return "a string";
+    if (v.is_array()) return "an array";
+    return "an object";
+  }
+
+ private:
+  [[noreturn]] void fail_at(const std::string& field, const std::string& message) const {
+    const std::string prefix = label_.empty() ? "" : label_ + ": ";
+    throw JsonFieldError(field,
+                         prefix + "key \"" + detail::escape_bounded(field, 120) + "\" " + message);
+  }
+  [[noreturn]] void fail_missing(const std::string& field) const {
+    const std::string prefix = label_.empty() ? "" : label_ + ": ";
+    throw JsonFieldError(
+        field, prefix + "missing required key \"" + detail::escape_bounded(field, 120) + "\"");
+  }
+  std::string string_value(const json& v, const std::string& key) const {
+    if (!v.is_string()) fail(key, "must be a string, found " + json_excerpt(v));
+    return v.get<std::string>();
+  }
+  int64_t integer_value(const json& v, const std::string& key, int64_t lo, int64_t hi) const {
+    const bool bounded =
+        lo != std::numeric_limits<int64_t>::min() || hi != std::numeric_limits<int64_t>::max();
+    const std::string range =
+        bounded ? " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" : "";
+    if (!v.is_number_integer())
+      fail(key, "must be an integer" + range + ", found " + json_excerpt(v));
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(key, "= " + json_excerpt(v) + " does not fit in 64-bit signed integers");
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) fail(key, "= " + std::to_string(x) + " is outside" + range.substr(3));
+    return x;
+  }
+  double number_value(const json& v, const std::string& key, double lo, double hi) const {
+    if (!v.is_number()) fail(key, "must be a number, found " + json_excerpt(v));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      fail(key, "= " + json_excerpt(v) + " is outside [" + json(lo).dump() + ", " +
+                    json(hi).dump() + "]");
+    return x;
+  }
+
+  const json& object_;
+  std::string label_;
+  std::string path_;
+};
 
 }  // namespace retnet
