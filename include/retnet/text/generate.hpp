@@ -220,12 +220,14 @@ class Generator {
         next[b] = token;
         if (std::find(params.end_tokens.begin(), params.end_tokens.end(), token) !=
             params.end_tokens.end()) {
-          finish(b, streams[b], results[b], StopReason::kEndToken, on_token), --running;
+          finish(b, streams[b], results[b], StopReason::kEndToken, on_token);
+          --running;
           continue;
         }
         results[b].tokens.push_back(token);
         if (emit(b, token, streams[b], on_token)) {
-          finish(b, streams[b], results[b], StopReason::kStopString, on_token), --running;
+          finish(b, streams[b], results[b], StopReason::kStopString, on_token);
+          --running;
         } else if (produced + 1 == params.max_new_tokens) {
           finish(b, streams[b], results[b], StopReason::kTokenBudget, on_token);
         }
