@@ -142,27 +142,8 @@ class Sampler {
   // Leaves the kept token ids in ids_[0..n) and their normalised probabilities in
   // probs_[0..n); returns n >= 1.
   int64_t prepare(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
-    // Plain ifs rather than require(): its message would be built, and allocated, on every
-    // call.
-    if (vocab <= 0)
-      throw InvalidArgument("Sampler: vocab must be > 0, got " + std::to_string(vocab));
-    if (vocab > std::numeric_limits<int32_t>::max())
-      throw InvalidArgument("Sampler: vocab " + std::to_string(vocab) +
-                            " does not fit int32 token ids");
-    if (logits == nullptr) throw InvalidArgument("Sampler: logits is null");
+    copy_checked_logits(logits, vocab);
     const auto v = static_cast<size_t>(vocab);
-    work_.assign(logits, logits + v);  // reuses capacity: no allocation once warm
-    // -inf is allowed (a masked token); NaN or +inf means the model output is broken.
-    bool any_finite = false;
-    for (size_t i = 0; i < v; ++i) {
-      const float x = work_[i];
-      if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
-        throw InvalidArgument("Sampler: logit " + std::to_string(i) + " is " + std::to_string(x) +
-                              " (NaN or +inf)");
-      any_finite = any_finite || std::isfinite(x);
-    }
-    if (!any_finite) throw InvalidArgument("Sampler: every logit is -inf");
-
     apply_repeat_penalty(vocab, recent);
 
     ids_.resize(v);
@@ -208,23 +189,49 @@ class Sampler {
       sum += p;
     }
 
-    if (use_top_p) {
-      // Smallest prefix of the sorted candidates whose probability reaches top_p.
-      const double threshold = static_cast<double>(params_.top_p) - kTopPSlack;
-      double cumulative = 0.0;
-      int64_t kept = 0;
-      while (kept < n) {
-        cumulative += probs_[kept] / sum;
-        ++kept;
-        if (cumulative >= threshold) break;
-      }
-      n = kept;
-      sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += probs_[i];
-    }
-
+    if (use_top_p) n = keep_top_p(n, sum);
     for (int64_t i = 0; i < n; ++i) probs_[i] /= sum;
     return n;
+  }
+
+  // Copies the logits into work_ (reusing its capacity: no allocation once warm) after checking
+  // them. Plain ifs rather than require(): its message would be built, and allocated, on every
+  // call.
+  void copy_checked_logits(const float* logits, int64_t vocab) {
+    if (vocab <= 0)
+      throw InvalidArgument("Sampler: vocab must be > 0, got " + std::to_string(vocab));
+    if (vocab > std::numeric_limits<int32_t>::max())
+      throw InvalidArgument("Sampler: vocab " + std::to_string(vocab) +
+                            " does not fit int32 token ids");
+    if (logits == nullptr) throw InvalidArgument("Sampler: logits is null");
+    const auto v = static_cast<size_t>(vocab);
+    work_.assign(logits, logits + v);
+    // -inf is allowed (a masked token); NaN or +inf means the model output is broken.
+    bool any_finite = false;
+    for (size_t i = 0; i < v; ++i) {
+      const float x = work_[i];
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+        throw InvalidArgument("Sampler: logit " + std::to_string(i) + " is " + std::to_string(x) +
+                              " (NaN or +inf)");
+      any_finite = any_finite || std::isfinite(x);
+    }
+    if (!any_finite) throw InvalidArgument("Sampler: every logit is -inf");
+  }
+
+  // The smallest prefix of the n sorted candidates whose probability (probs_ / sum) reaches
+  // top_p; sets `sum` to the prefix's total and returns its length.
+  int64_t keep_top_p(int64_t n, double& sum) const {
+    const double threshold = static_cast<double>(params_.top_p) - kTopPSlack;
+    double cumulative = 0.0;
+    int64_t kept = 0;
+    while (kept < n) {
+      cumulative += probs_[kept] / sum;
+      ++kept;
+      if (cumulative >= threshold) break;
+    }
+    sum = 0.0;
+    for (int64_t i = 0; i < kept; ++i) sum += probs_[i];
+    return kept;
   }
 
   // CTRL-style penalty, as in llama.cpp: each distinct token among the last
