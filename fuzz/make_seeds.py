@@ -13,7 +13,7 @@ import os
 import struct
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-DEEP = 100000  # a nesting that once crashed the DOM parser: a 200 KB header
+DEEP = 100000  # deep enough to overflow a recursive DOM walk: a 200 KB header
 
 
 def write(corpus, name, data):
