@@ -8,8 +8,8 @@
 #    +0.05 % (q8), +1.0 % (q4). Measured on this text: +0.0029 %, +0.0183 %, +0.761 % (on the
 #    whole held-out: -0.0008 %, +0.0098 %, +0.364 %; q4 varies more over short texts; q8/q4
 #    products round their input to int8 too). The bounds sit just above the measured costs, so
-#    that a loss of precision shows at once. q4 must also cost at least +0.1 % and bf16 and q8 must differ from f32 at all,
-#    or --weights was not applied.
+#    that a loss of precision shows at once. q4 must also cost at least +0.1 % and bf16 and q8
+#    must differ from f32 at all, or --weights was not applied.
 # 2. Greedy generation (`--temp 0`, the command's other defaults) of 100 bytes after "ROMEO:":
 #    bf16 and q8 produce the same 100 bytes as f32 (measured: the same 200 of 200).
 set -u
