@@ -1,0 +1,10 @@
+"""The project's Python references, imported by the scripts in scripts/ and benchmarks/ (put
+scripts/ on sys.path, then `from reference import retnet`):
+
+    retnet.py          the NumPy float64 reference of docs/NUMERICS.md and docs/FORMATS.md: the
+                       logits of every checkpoint family (the oracle of tests/data)
+    retnet_torch.py    the same decoder in PyTorch with its parallel, chunkwise and recurrent
+                       forms (the opponent of benchmarks/compare_pytorch.py)
+    sampler.py         the sampler of include/retnet/text/sampler.hpp and its golden values
+    safetensors_io.py  the one safetensors reader and writer
+"""
