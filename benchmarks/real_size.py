@@ -13,8 +13,8 @@ for --rounds rounds (each side's median round is kept):
     prompt and decode speed;
   * PyTorch (Debian's python3-torch): FlaDecoder of scripts/reference/retnet_torch.py, fla's op
     structure (rotation by halves, plain retention, RMSNorm-gated heads, fused SwiGLU), weights
-    read from the same folder as float32; prompt in the parallel form, decoding by the recurrent step. Its logits are first
-    checked against `retnet score --logits-out` on 8 tokens.
+    read from the same folder as float32; prompt in the parallel form, decoding by the recurrent
+    step. Its logits are first checked against `retnet score --logits-out` on 8 tokens.
 Bandwidth bound: decode tokens/s <= bandwidth / (float32 weight bytes a step reads: all but the
 embedding table). GEMM bound: prompt tokens/s <= GEMM peak / (2 x those weights' parameters +
 retention's multiply-adds per token). Results: JSON on stdout (and --out FILE).
