@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference import retnet as reference  # noqa: E402
 from reference.safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 # Tiny Shakespeare (the char-rnn corpus, 1,115,394 bytes); point RETNET_TRAIN_DATA at your copy.
@@ -472,8 +473,9 @@ def train(a):
 # ----------------------------------------------------------------------------- checks
 @torch.no_grad()
 def check(a):
-    """parallel (one chunk) == chunkwise == recurrent, float64, on the start of the held-out text;
-    plus the torchscale fixture, if present."""
+    """parallel (one chunk) == chunkwise == recurrent == the NumPy reference
+    (scripts/reference/retnet.py), float64, on the start of the held-out text; plus the
+    torchscale fixture, if present."""
     torch.set_num_threads(1)
     m = load_model(a.model_dir, torch.float64)
     _, held = load_data()
@@ -493,6 +495,8 @@ def check(a):
     rec = torch.cat(rec, 1)
     rel = lambda x: ((x - par).abs().max() / par.abs().max()).item()
     print(f"max rel diff vs parallel (T={a.n}): chunkwise64 {rel(ch):.2e}, windows100/chunk7 {rel(ch2):.2e}, recurrent {rel(rec):.2e}")
+    want = torch.from_numpy(reference.Model(a.model_dir).logits(toks[0].numpy()))
+    print(f"NumPy reference vs parallel (T={a.n}): max rel diff {rel(want[None]):.2e}")
     fx = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
                       "torchscale-tiny")
     if os.path.exists(fx):
