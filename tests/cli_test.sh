@@ -140,7 +140,7 @@ expect_number "score --tokens counts" "$work/out" tokens "a == 4"
 expect_number "score --tokens nats" "$work/out" nats_per_token "a > 0 && a < 20"
 
 # --logits-out holds the NumPy reference's values: tests/data/tiny-bytes has the logits of
-# tools/retnet_reference.py for the token sequences in tokens.npy (float32 [2, 30, 256]).
+# scripts/reference/retnet.py for the token sequences in tokens.npy (float32 [2, 30, 256]).
 # Row t of the file is the prediction after token t, so nats_per_token is the mean over t of
 # logsumexp(row t) - row t [token t + 1].
 ids=$(npy_values "$model/tokens.npy" d8 | head -n 30 | paste -sd, -)

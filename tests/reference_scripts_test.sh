@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The expected values in tests/data come from the scripts in tools/: regenerating them must
-# reproduce the committed files (fixtures byte for byte, logits to float32 rounding; the sampler's
-# golden values exactly). Usage: reference_scripts_test.sh SOURCE_DIR
+# The expected values in tests/data come from the scripts in scripts/reference/ and
+# scripts/fixtures/: regenerating them must reproduce the committed files (fixtures byte for
+# byte, logits to float32 rounding; the sampler's golden values exactly).
+# Usage: reference_scripts_test.sh SOURCE_DIR
 # Skipped (exit 77) when no python3 with NumPy is installed (Debian: python3-numpy).
 set -u
 cd "$1" || exit 1
@@ -14,6 +15,7 @@ if [ -z "$python" ]; then
   exit 77
 fi
 status=0
-"$python" tools/make_reference_fixtures.py --check || status=1
-"$python" tools/reference_sampler.py --check || status=1
+"$python" scripts/fixtures/make_reference_fixtures.py --check || status=1
+"$python" scripts/fixtures/make_family_fixtures.py --check || status=1
+"$python" scripts/reference/sampler.py --check || status=1
 exit $status

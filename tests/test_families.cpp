@@ -1,7 +1,7 @@
 // The published checkpoint families (docs/FORMATS.md#published-checkpoint-families): fla and
 // syncdoth fixtures made by each project's own code, NumPy-reference fixtures of the variants
-// (tools/make_family_fixtures.py), the three forms on random models of every family, dtypes and
-// shards, and the one-line refusals.
+// (scripts/fixtures/make_family_fixtures.py), the three forms on random models of every family,
+// dtypes and shards, and the one-line refusals.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -110,7 +110,7 @@ TEST(SyncdothFixture, EveryFormMatchesParallelAndRecurrentLogits) {
   }
 }
 
-// --- NumPy-reference fixtures of the variants (tools/make_family_fixtures.py) ---
+// --- NumPy-reference fixtures of the variants (scripts/fixtures/make_family_fixtures.py) ---
 
 class FamilyVariantFixture : public ::testing::TestWithParam<std::string> {};
 

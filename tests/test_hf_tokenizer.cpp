@@ -1,7 +1,7 @@
 // HfTokenizer (Hugging Face tokenizer.json) against the ids and texts of Hugging Face's Rust
 // implementation (tests/data/tokenizers/*/expected.json, written by
-// tools/make_tokenizer_fixtures.mjs), plus the loader's errors, BOS/EOS rules and
-// load_tokenizer.
+// scripts/tokenizer_reference/make_tokenizer_fixtures.mjs), plus the loader's errors, BOS/EOS
+// rules and load_tokenizer.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -40,7 +40,7 @@ TokenMatrix random_tokens(Index batch, Index time, int64_t vocab, uint64_t seed)
 
 // torchscale's parallel forward on random weights (tests/data/torchscale-tiny), float32.
 // Measured (max |error| / max |logit|): float 4.5e-7 (parallel) to 5.7e-7 (chunk 1), double
-// 4.7e-7, which is torchscale's own float32 rounding (tools/retnet_reference.py in float64 is
+// 4.7e-7, which is torchscale's own float32 rounding (scripts/reference/retnet.py in float64 is
 // 4.7e-7 from it too). Bounds: about 3x the measured.
 TEST(TorchscaleFixture, EveryFormMatchesTorchscaleLogits) {
   auto model = load_model<float>(kFixture);
@@ -61,8 +61,8 @@ TEST(TorchscaleFixture, DoubleModelMatchesToo) {
   EXPECT_LE(relative_error(model.forward(fixture_tokens(), Form::kChunkwise, 5), expected), 1.5e-6);
 }
 
-// Fixtures made by tools/make_reference_fixtures.py with tools/retnet_reference.py, the float64
-// NumPy reading of docs/NUMERICS.md:
+// Fixtures made by scripts/fixtures/make_reference_fixtures.py with scripts/reference/retnet.py,
+// the float64 NumPy reading of docs/NUMERICS.md:
 // - hf-f16-tied: HF names + F16 + tied embeddings + layernorm_embedding + embedding scale + gelu;
 // - fairseq-bf16: fairseq names + BF16 + swish + 4 heads;
 // - tiny-bytes: HF names with lm_head + F32 + vocab 256 (the command-line tests' model);

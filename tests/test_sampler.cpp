@@ -237,7 +237,7 @@ TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDifferent) {
   EXPECT_EQ(seq_a, seq_d);
 }
 
-// Golden values from tools/reference_sampler.py, an independent Python reading of the algorithm
+// Golden values from scripts/reference/sampler.py, an independent Python reading of the algorithm
 // (xoshiro256** seeded by splitmix64, penalty, temperature, top-k, top-p with its slack, ties by
 // id, the draw), in tests/data/sampler_golden.json: the generator's raw outputs, and for each
 // case the distribution of the first draw and 64 draws made one after another, each appended to

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "../benchmarks/transformer_baseline.hpp"
 #include "compare.hpp"
+#include "transformer_baseline.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Encoding speed of the JavaScript references on a text, for benchmarks/bench_tokenizer.py.
 //     node bench_tokenizer_reference.mjs TEXT_FILE TOKENIZER_DIR --impl js|rust [--ids OUT.json]
-// (after `npm ci` in tools/). Prints one JSON object: encode_s (one run, after loading; wall
-// clock), MB/s (10^6 bytes per second), the same from the process's CPU time (_cpu), token
-// count. --ids writes the ids, to compare with retnet's.
+// (after `npm ci` in scripts/tokenizer_reference/). Prints one JSON object: encode_s (one run,
+// after loading; wall clock), MB/s (10^6 bytes per second), the same from the process's CPU time
+// (_cpu), token count. --ids writes the ids, to compare with retnet's.
 //   js:   transformers.js (@lenml/tokenizers; reads tokenizer.json and tokenizer_config.json)
 //   rust: Hugging Face's Rust tokenizers as Node bindings (@anush008/tokenizers)
 import fs from "node:fs";

@@ -2,8 +2,8 @@
 """An independent Python/NumPy reading of the sampler in include/retnet/text/sampler.hpp, and the
 golden token sequences that tests/test_sampler.cpp holds the C++ sampler to.
 
-    python3 tools/reference_sampler.py            # (re)writes tests/data/sampler_golden.json
-    python3 tools/reference_sampler.py --check    # recomputes it and compares; exit 1 if not equal
+    python3 scripts/reference/sampler.py          # (re)writes tests/data/sampler_golden.json
+    python3 scripts/reference/sampler.py --check  # recomputes it and compares; exit 1 if not equal
 
 The algorithm, step by step (float32 where the C++ code uses float, Python floats = IEEE double
 where it uses double, summed in the same order):
@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 MASK64 = (1 << 64) - 1
-GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "sampler_golden.json")
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "sampler_golden.json")
 TOP_P_SLACK = 1e-6
 
 
@@ -213,7 +213,7 @@ def golden():
     for seed in (0, 1, 20240601, (1 << 64) - 1):
         g = Xoshiro256(seed)
         streams.append({"seed": seed, "outputs": [g.next() for _ in range(8)]})
-    return {"note": "made by tools/reference_sampler.py, an independent reading of "
+    return {"note": "made by scripts/reference/sampler.py, an independent reading of "
                     "include/retnet/text/sampler.hpp; each case draws `tokens` one after another "
                     "from `logits`, appending each draw to `recent`",
             "xoshiro256": streams,

@@ -4,10 +4,10 @@
 Written from docs/NUMERICS.md (RMSNorm variant, GLU FFN, no_scale_embedding, untied lm_head).
 Pure PyTorch on the CPU. Run with Debian's interpreter, which has torch:
 
-    /usr/bin/python3 tools/train.py train  --out models/shakespeare      # train + export
-    /usr/bin/python3 tools/train.py eval   models/shakespeare             # continuous held-out nats/byte
-    /usr/bin/python3 tools/train.py check  models/shakespeare             # parallel = chunkwise = recurrent
-    /usr/bin/python3 tools/train.py sample models/shakespeare --prompt "ROMEO:"
+    /usr/bin/python3 scripts/train.py train  --out models/shakespeare      # train + export
+    /usr/bin/python3 scripts/train.py eval   models/shakespeare             # continuous held-out nats/byte
+    /usr/bin/python3 scripts/train.py check  models/shakespeare             # parallel = chunkwise = recurrent
+    /usr/bin/python3 scripts/train.py sample models/shakespeare --prompt "ROMEO:"
 
 Retention is computed in chunks with the state carried between them
 (docs/NUMERICS.md#retention, "chunkwise"), including torchscale's scale factors: row n of the normalized decay is divided
@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from safetensors_io import load_safetensors, save_safetensors  # noqa: E402
+from reference import retnet as reference  # noqa: E402
+from reference.safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 # Tiny Shakespeare (the char-rnn corpus, 1,115,394 bytes); point RETNET_TRAIN_DATA at your copy.
 DATA = os.environ.get("RETNET_TRAIN_DATA", "tinyshakespeare.txt")
@@ -319,6 +320,11 @@ class RetNet(torch.nn.Module):
         self.lm_head.copy_(head if head is not None else get("embed_tokens.weight"))
 
 
+def load_safetensors(path):
+    """Every tensor of the file as a float32 torch tensor."""
+    return {k: torch.from_numpy(v) for k, v in read_safetensors(path, np.float32).items()}
+
+
 def load_model(model_dir, dtype=torch.float32):
     cfg_json = json.load(open(os.path.join(model_dir, "config.json")))
     cfg = Config(**cfg_json)
@@ -373,7 +379,8 @@ def generate(model, prompt, n, temperature=0.8, seed=0):
 def export(model, out_dir, dtype="F16"):
     os.makedirs(out_dir, exist_ok=True)
     json.dump(model.cfg.to_json(), open(os.path.join(out_dir, "config.json"), "w"), indent=2)
-    save_safetensors(os.path.join(out_dir, "model.safetensors"), model.hf_tensors(), dtype)
+    tensors = {k: v.to(torch.float32).numpy() for k, v in model.hf_tensors().items()}
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, dtype, metadata={"format": "pt"})
 
 
 def train(a):
@@ -466,8 +473,9 @@ def train(a):
 # ----------------------------------------------------------------------------- checks
 @torch.no_grad()
 def check(a):
-    """parallel (one chunk) == chunkwise == recurrent, float64, on the start of the held-out text;
-    plus the torchscale fixture, if present."""
+    """parallel (one chunk) == chunkwise == recurrent == the NumPy reference
+    (scripts/reference/retnet.py), float64, on the start of the held-out text; plus the
+    torchscale fixture, if present."""
     torch.set_num_threads(1)
     m = load_model(a.model_dir, torch.float64)
     _, held = load_data()
@@ -487,6 +495,8 @@ def check(a):
     rec = torch.cat(rec, 1)
     rel = lambda x: ((x - par).abs().max() / par.abs().max()).item()
     print(f"max rel diff vs parallel (T={a.n}): chunkwise64 {rel(ch):.2e}, windows100/chunk7 {rel(ch2):.2e}, recurrent {rel(rec):.2e}")
+    want = torch.from_numpy(reference.Model(a.model_dir).logits(toks[0].numpy()))
+    print(f"NumPy reference vs parallel (T={a.n}): max rel diff {rel(want[None]):.2e}")
     fx = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
                       "torchscale-tiny")
     if os.path.exists(fx):
@@ -540,8 +550,8 @@ def main():
     c = sub.add_parser("check")
     c.add_argument("model_dir")
     c.add_argument("--n", type=int, default=300)
-    c.add_argument("--ref", help="logits .npy from retnet_ref.py")
-    c.add_argument("--tokens", help="file with the comma-separated token ids given to retnet_ref.py")
+    c.add_argument("--ref", help="logits .npy from scripts/reference/retnet.py")
+    c.add_argument("--tokens", help="file with the comma-separated token ids given to it")
     s = sub.add_parser("sample")
     s.add_argument("model_dir")
     s.add_argument("--prompt", default="ROMEO:")

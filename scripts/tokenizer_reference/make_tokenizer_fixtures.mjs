@@ -4,8 +4,8 @@
 // that independent implementations give for a varied set of texts.
 //
 // Run (needs Node 18+ and the npm registry):
-//   cd tools && npm ci && node make_tokenizer_fixtures.mjs
-// Options: --out DIR (default ../tests/data/tokenizers), --check (compare with the files
+//   cd scripts/tokenizer_reference && npm ci && node make_tokenizer_fixtures.mjs
+// Options: --out DIR (default tests/data/tokenizers), --check (compare with the files
 // already there instead of writing; exit 1 on a difference).
 //
 // Tokenizer files:
@@ -48,7 +48,7 @@ const option = (name, fallback) => {
   const i = args.indexOf(name);
   return i >= 0 ? args[i + 1] : fallback;
 };
-const outRoot = path.resolve(option("--out", path.join(here, "..", "tests", "data", "tokenizers")));
+const outRoot = path.resolve(option("--out", path.join(here, "..", "..", "tests", "data", "tokenizers")));
 const checkOnly = args.includes("--check");
 const allowJsOnly = args.includes("--allow-js-only");
 
@@ -151,12 +151,12 @@ const gpt2Config = { add_prefix_space: false, bos_token: "<|endoftext|>",
 // Small hand-made files (the fuzzer's seeds, fuzz/corpus_tokenizer/) for what the published
 // ones lack: Metaspace with split, truncation and padding, unk fusing, added tokens with flags in
 // a SentencePiece-style file.
-const tinyFixtures = fs.readdirSync(path.join(here, "..", "fuzz", "corpus_tokenizer"))
+const tinyFixtures = fs.readdirSync(path.join(here, "..", "..", "fuzz", "corpus_tokenizer"))
                          .filter((f) => f.endsWith(".json"))
                          .sort()
                          .map((f) => ({
                            name: "tiny-" + f.replace(/\.json$/, "").replaceAll("_", "-"),
-                           json: fs.readFileSync(path.join(here, "..", "fuzz", "corpus_tokenizer", f), "utf8"),
+                           json: fs.readFileSync(path.join(here, "..", "..", "fuzz", "corpus_tokenizer", f), "utf8"),
                            config: {},
                            source: `fuzz/corpus_tokenizer/${f} (made by hand)`,
                          }));
