@@ -3,8 +3,10 @@
 // OpenAI-style error answers.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "serve/api.hpp"
 #include "serve/context.hpp"
