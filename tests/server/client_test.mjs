@@ -203,6 +203,29 @@ async function main() {
       assert.equal(r.json.error.code, code, `${JSON.stringify(body)} -> ${r.text}`);
       assert.ok(r.json.error.message.length > 0);
     }
+    // A field error names the field's path in `param`.
+    for (const [body, param, code] of [
+      [{ prompt: "a", temperature: 5 }, "temperature", "out_of_range"],
+      [{ prompt: "a", seed: 1.5 }, "seed", "invalid_type"],
+      [{ prompt: "a", stream_options: { include_usage: 1 } }, "stream_options.include_usage",
+       "invalid_type"],
+      [{ prompt: "a", stream_options: 5 }, "stream_options", "invalid_type"],
+      [{}, "prompt", "missing"],
+    ]) {
+      const r = await call("POST", "/v1/completions", body);
+      assert.equal(r.status, 400, `${JSON.stringify(body)} -> ${r.text}`);
+      assert.equal(r.json.error.param, param, `${JSON.stringify(body)} -> ${r.text}`);
+      assert.equal(r.json.error.code, code, `${JSON.stringify(body)} -> ${r.text}`);
+      assert.match(r.json.error.message, new RegExp(param.replace(".", "\\.")), r.text);
+    }
+    // Bodies are parsed with the library's bounded JSON reader: a key given twice and nesting
+    // beyond its depth are refused.
+    for (const raw of ['{"prompt": "a", "prompt": "b"}',
+                       '{"prompt": ' + "[".repeat(100) + "]".repeat(100) + "}"]) {
+      const r = await call("POST", "/v1/completions", raw, { raw: true });
+      assert.equal(r.status, 400, `${raw.slice(0, 40)} -> ${r.text}`);
+      assert.equal(r.json.error.code, "invalid_json", `${raw.slice(0, 40)} -> ${r.text}`);
+    }
     const big = await call("POST", "/v1/completions",
                            JSON.stringify({ prompt: "a".repeat(2 << 20) }), { raw: true });
     assert.equal(big.status, 413);
@@ -221,7 +244,12 @@ async function main() {
     }
     assert.equal((await call("DELETE", "/v1/sessions/never-made")).status, 404);
     assert.equal((await call("POST", "/v1/sessions", { id: "a/b" })).status, 400);
-    assert.equal((await call("POST", "/tokenize", { content: 5 })).status, 400);
+    const tokenize = await call("POST", "/tokenize", { content: 5 });
+    assert.equal(tokenize.status, 400);
+    assert.equal(tokenize.json.error.param, "content");
+    const missing = await call("POST", "/tokenize", {});
+    assert.equal(missing.status, 400);
+    assert.equal(missing.json.error.code, "missing");
     assert.equal((await call("POST", "/detokenize", { tokens: [300] })).status, 400);
     assert.equal((await call("POST", "/detokenize", { tokens: "abc" })).status, 400);
   });

@@ -1,17 +1,20 @@
-// The OpenAI-style surface of `retnet serve`: request bodies read with every field's type and
-// range checked (a wrong one is a 400 naming the field), errors as OpenAI's JSON, and the
-// completion objects and stream chunks. No HTTP library here: serve.cpp wires it to one.
+// The OpenAI-style surface of `retnet serve`: request bodies read with retnet::JsonObject (every
+// field's type and range checked; a wrong one is a 400 naming the field), errors as OpenAI's
+// JSON, and the objects the routes answer with. No HTTP here: the routes hand these to
+// serve/http.hpp.
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <retnet/core/json.hpp>
 #include <retnet/retnet.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "serve/engine.hpp"
@@ -66,110 +69,63 @@ inline std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-inline json parse_body(const std::string& body) {
+// ---------------------------------------------------------------- reading requests
+
+/// A field read wrong, as the 400 that names it.
+inline ApiError field_error(const JsonFieldError& e) {
+  using Problem = JsonFieldError::Problem;
+  const char* code = e.problem() == Problem::kMissing     ? "missing"
+                     : e.problem() == Problem::kWrongType ? "invalid_type"
+                                                          : "out_of_range";
+  return ApiError(400, e.what(), e.field(), code);
+}
+
+/// Reads a request body with `read(const JsonObject&)`. The body is parsed with the bounds of
+/// retnet::parse_json (nesting depth, no duplicate keys) and must be an object.
+template <class Read>
+auto read_body(const std::string& body, Read&& read) {
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what(), "", "invalid_json");
+    j = parse_json(body, "request", "the body");
+  } catch (const FormatError& e) {
+    throw ApiError(400, e.what(), "", "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object", "", "invalid_json");
-  return j;
+  try {
+    return read(JsonObject(j, ""));
+  } catch (const JsonFieldError& e) {
+    throw field_error(e);
+  }
 }
 
-// ---------------------------------------------------------------- typed fields
-
-namespace fields {
-
-inline std::string kind(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-[[noreturn]] inline void wrong(const std::string& name, const std::string& want, const json& v) {
-  throw ApiError(400, "'" + name + "' must be " + want + ", got " + kind(v), name, "invalid_type");
-}
-
-/// A field that is absent or null reads as nullopt.
-inline const json* find(const json& o, const char* name) {
-  auto it = o.find(name);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
-
-inline std::optional<int64_t> integer(const json& o, const char* name, int64_t min, int64_t max) {
-  const json* v = find(o, name);
-  if (!v) return std::nullopt;
-  const std::string range =
-      "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
-  if (!v->is_number_integer()) wrong(name, range, *v);
-  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-    throw ApiError(400, "'" + std::string(name) + "' must be " + range, name, "out_of_range");
-  const int64_t x = v->get<int64_t>();
-  if (x < min || x > max)
-    throw ApiError(400,
-                   "'" + std::string(name) + "' must be " + range + ", got " + std::to_string(x),
-                   name, "out_of_range");
-  return x;
-}
-
-inline std::optional<double> number(const json& o, const char* name, double min, double max,
-                                    bool min_open = false) {
-  const json* v = find(o, name);
-  if (!v) return std::nullopt;
-  std::ostringstream range;
-  range << "a number in " << (min_open ? "(" : "[") << min << ", " << max << "]";
-  if (!v->is_number()) wrong(name, range.str(), *v);
-  const double x = v->get<double>();
-  if (!(min_open ? x > min : x >= min) || !(x <= max))
-    throw ApiError(400, "'" + std::string(name) + "' must be " + range.str() + ", got " + v->dump(),
-                   name, "out_of_range");
-  return x;
-}
-
-inline std::optional<bool> boolean(const json& o, const char* name) {
-  const json* v = find(o, name);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean()) wrong(name, "a boolean", *v);
-  return v->get<bool>();
-}
-
-inline std::optional<std::string> string(const json& o, const char* name) {
-  const json* v = find(o, name);
-  if (!v) return std::nullopt;
-  if (!v->is_string()) wrong(name, "a string", *v);
-  return v->get<std::string>();
-}
-
-/// Token ids in [0, vocab).
-inline std::vector<int32_t> token_ids(const json& v, const std::string& name, int64_t vocab) {
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (const auto& t : v) {
-    if (!t.is_number_integer()) wrong(name, "an array of integer token ids", t);
+/// The array `ids` (the value of `key` in `o`) as token ids in [0, vocab).
+inline std::vector<int32_t> token_ids(const JsonObject& o, const std::string& key, const json& ids,
+                                      int64_t vocab) {
+  if (!ids.is_array())
+    o.fail(key, "must be an array of integer token ids, found " + json_excerpt(ids),
+           JsonFieldError::Problem::kWrongType);
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (const auto& t : ids) {
+    if (!t.is_number_integer())
+      o.fail(key, "must be an array of integer token ids, found " + json_excerpt(t),
+             JsonFieldError::Problem::kWrongType);
     const bool in_range = t.is_number_unsigned()
                               ? t.get<uint64_t>() < uint64_t(vocab)
                               : t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab;
     if (!in_range)
       throw ApiError(400,
-                     "'" + name + "' holds token id " + t.dump() + ", outside [0, " +
+                     "'" + key + "' holds token id " + t.dump() + ", outside [0, " +
                          std::to_string(vocab) + ")",
-                     name, "invalid_token");
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+                     key, "invalid_token");
+    out.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
-  return ids;
+  return out;
 }
 
-}  // namespace fields
-
-// ---------------------------------------------------------------- completions
-
+/// What a request may ask for at most.
 struct Limits {
-  int64_t max_tokens = 4096;  // the most a request may ask for
+  int64_t max_tokens = 4096;
   size_t max_stop = 4, max_stop_bytes = 256;
 };
 
@@ -184,105 +140,160 @@ struct CompletionRequest {
   std::string session;
 };
 
-/// Reads a /v1/completions body. Defaults follow OpenAI: temperature 1, top_p 1, max_tokens 16;
-/// the extensions top_k, repetition_penalty (1 = off), repeat_last_n and session are off when
-/// absent. Without a seed the request draws one.
-inline CompletionRequest parse_completion(const json& body, const Limits& limits, int64_t vocab) {
-  using namespace fields;
-  CompletionRequest r;
-  const json* prompt = find(body, "prompt");
-  if (!prompt) throw ApiError(400, "'prompt' is required (text or token ids)", "prompt", "missing");
-  const json* p = prompt;
+/// "prompt": text, token ids, or a batch of one of either.
+inline void read_prompt(const JsonObject& o, CompletionRequest& r, int64_t vocab) {
+  const json* p = &o.require("prompt");
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array()))
     p = &(*p)[0];  // a batch of one prompt
   if (p->is_string()) {
     r.text = p->get<std::string>();
   } else if (p->is_array() && (p->empty() || (*p)[0].is_number_integer())) {
-    r.ids = token_ids(*p, "prompt", vocab);
+    r.ids = token_ids(o, "prompt", *p, vocab);
   } else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
     throw ApiError(400, "one prompt per request: 'prompt' holds " + std::to_string(p->size()),
                    "prompt", "unsupported");
   } else {
-    wrong("prompt", "a string or an array of token ids", *p);
+    o.fail("prompt", "must be a string or an array of token ids, found " + json_excerpt(*p),
+           JsonFieldError::Problem::kWrongType);
   }
-  if (const json* m = find(body, "model"); m && !m->is_string()) wrong("model", "a string", *m);
-  if (auto n = integer(body, "max_tokens", 0, std::numeric_limits<int64_t>::max())) {
-    if (*n > limits.max_tokens)
-      throw ApiError(400,
-                     "'max_tokens' is " + std::to_string(*n) + "; this server allows at most " +
-                         std::to_string(limits.max_tokens),
-                     "max_tokens", "max_tokens_too_large");
-    r.max_tokens = *n;
-  }
-  r.sampler.temperature = static_cast<float>(number(body, "temperature", 0, 2).value_or(1.0));
-  r.sampler.top_p = static_cast<float>(number(body, "top_p", 0, 1, true).value_or(1.0));
-  r.sampler.top_k = static_cast<int>(integer(body, "top_k", 0, vocab).value_or(0));
-  r.sampler.repeat_penalty =
-      static_cast<float>(number(body, "repetition_penalty", SamplerParams::kMinRepeatPenalty,
-                                SamplerParams::kMaxRepeatPenalty)
-                             .value_or(1.0));
-  r.sampler.repeat_last_n = static_cast<int>(integer(body, "repeat_last_n", 0, 256).value_or(64));
-  if (auto seed = integer(body, "seed", std::numeric_limits<int64_t>::min(),
-                          std::numeric_limits<int64_t>::max()))
-    r.sampler.seed = static_cast<uint64_t>(*seed);
-  else
-    r.sampler.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+}
 
-  if (const json* s = find(body, "stop")) {
-    if (s->is_string()) {
-      r.stop.push_back(s->get<std::string>());
-    } else if (s->is_array()) {
-      for (const auto& x : *s) {
-        if (!x.is_string()) wrong("stop", "a string or an array of strings", x);
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      wrong("stop", "a string or an array of strings", *s);
+/// The sampler's fields. Defaults follow OpenAI (temperature 1, top_p 1); the extensions top_k,
+/// repetition_penalty (1 = off) and repeat_last_n are off when absent. Without a seed the
+/// request draws one.
+inline void read_sampler(const JsonObject& o, SamplerParams& s, int64_t vocab) {
+  s.temperature = static_cast<float>(o.optional_number("temperature", 0, 2).value_or(1.0));
+  const double top_p = o.optional_number("top_p", 0, 1).value_or(1.0);
+  if (top_p <= 0) o.fail("top_p", "= " + json_excerpt(o.require("top_p")) + " is outside (0, 1]");
+  s.top_p = static_cast<float>(top_p);
+  s.top_k = static_cast<int>(o.optional_integer("top_k", 0, vocab).value_or(0));
+  s.repeat_penalty =
+      static_cast<float>(o.optional_number("repetition_penalty", SamplerParams::kMinRepeatPenalty,
+                                           SamplerParams::kMaxRepeatPenalty)
+                             .value_or(1.0));
+  s.repeat_last_n = static_cast<int>(o.optional_integer("repeat_last_n", 0, 256).value_or(64));
+  if (auto seed = o.optional_integer("seed"))
+    s.seed = static_cast<uint64_t>(*seed);
+  else
+    s.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+}
+
+/// "stop": a string or an array of strings, within the limits.
+inline void read_stop(const JsonObject& o, std::vector<std::string>& stop, const Limits& limits) {
+  const json* s = o.find("stop");
+  if (!s) return;
+  const auto wrong = [&](const json& v) {
+    o.fail("stop", "must be a string or an array of strings, found " + json_excerpt(v),
+           JsonFieldError::Problem::kWrongType);
+  };
+  if (s->is_string()) {
+    stop.push_back(s->get<std::string>());
+  } else if (s->is_array()) {
+    for (const auto& x : *s) {
+      if (!x.is_string()) wrong(x);
+      stop.push_back(x.get<std::string>());
     }
-    if (r.stop.size() > limits.max_stop)
-      throw ApiError(400,
-                     "'stop' holds " + std::to_string(r.stop.size()) + " strings; at most " +
-                         std::to_string(limits.max_stop),
-                     "stop", "out_of_range");
-    for (const auto& x : r.stop)
-      if (x.size() > limits.max_stop_bytes)
-        throw ApiError(
-            400,
-            "a 'stop' string is longer than " + std::to_string(limits.max_stop_bytes) + " bytes",
-            "stop", "out_of_range");
+  } else {
+    wrong(*s);
   }
-  r.stream = boolean(body, "stream").value_or(false);
-  if (const json* so = find(body, "stream_options")) {
-    if (!so->is_object()) wrong("stream_options", "an object", *so);
-    r.include_usage = boolean(*so, "include_usage").value_or(false);
-  }
-  r.logprobs = static_cast<int>(integer(body, "logprobs", 0, 5).value_or(-1));
-  if (auto id = string(body, "session")) {
-    if (!valid_session_id(*id))
-      throw ApiError(400, "'session' must match [A-Za-z0-9_-]{1,64}", "session",
-                     "invalid_session_id");
-    r.session = *id;
-  }
-  // Fields of the OpenAI API this server does not implement: refused unless neutral.
-  if (integer(body, "n", 1, std::numeric_limits<int64_t>::max()).value_or(1) != 1)
+  if (stop.size() > limits.max_stop)
+    throw ApiError(400,
+                   "'stop' holds " + std::to_string(stop.size()) + " strings; at most " +
+                       std::to_string(limits.max_stop),
+                   "stop", "out_of_range");
+  for (const auto& x : stop)
+    if (x.size() > limits.max_stop_bytes)
+      throw ApiError(
+          400, "a 'stop' string is longer than " + std::to_string(limits.max_stop_bytes) + " bytes",
+          "stop", "out_of_range");
+}
+
+/// Fields of the OpenAI API this server does not implement: refused unless neutral.
+inline void refuse_unsupported(const JsonObject& o) {
+  if (o.optional_integer("n", 1).value_or(1) != 1)
     throw ApiError(400, "'n' must be 1: one completion per request", "n", "unsupported");
-  if (integer(body, "best_of", 1, std::numeric_limits<int64_t>::max()).value_or(1) != 1)
+  if (o.optional_integer("best_of", 1).value_or(1) != 1)
     throw ApiError(400, "'best_of' must be 1", "best_of", "unsupported");
-  if (boolean(body, "echo").value_or(false))
+  if (o.boolean("echo", false))
     throw ApiError(400, "'echo' is not supported", "echo", "unsupported");
-  if (!string(body, "suffix").value_or("").empty())
+  if (!o.string("suffix", "").empty())
     throw ApiError(400, "'suffix' is not supported", "suffix", "unsupported");
   for (const char* penalty : {"presence_penalty", "frequency_penalty"})
-    if (number(body, penalty, -2, 2).value_or(0) != 0)
+    if (o.optional_number(penalty, -2, 2).value_or(0) != 0)
       throw ApiError(400,
                      std::string("'") + penalty + "' is not supported (use repetition_penalty)",
                      penalty, "unsupported");
-  if (const json* bias = find(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+  if (const json* bias = o.find("logit_bias"); bias && !(bias->is_object() && bias->empty()))
     throw ApiError(400, "'logit_bias' is not supported", "logit_bias", "unsupported");
-  return r;
 }
 
-// ---------------------------------------------------------------- responses
+/// Reads a /v1/completions body (max_tokens 16 when absent, as OpenAI's).
+inline CompletionRequest parse_completion(const std::string& body, const Limits& limits,
+                                          int64_t vocab) {
+  return read_body(body, [&](const JsonObject& o) {
+    CompletionRequest r;
+    read_prompt(o, r, vocab);
+    o.optional_string("model");  // any name: the server has one model
+    if (auto n = o.optional_integer("max_tokens", 0)) {
+      if (*n > limits.max_tokens)
+        throw ApiError(400,
+                       "'max_tokens' is " + std::to_string(*n) + "; this server allows at most " +
+                           std::to_string(limits.max_tokens),
+                       "max_tokens", "max_tokens_too_large");
+      r.max_tokens = *n;
+    }
+    read_sampler(o, r.sampler, vocab);
+    read_stop(o, r.stop, limits);
+    r.stream = o.boolean("stream", false);
+    if (auto options = o.optional_object("stream_options"))
+      r.include_usage = options->boolean("include_usage", false);
+    r.logprobs = static_cast<int>(o.optional_integer("logprobs", 0, 5).value_or(-1));
+    if (auto id = o.optional_string("session")) {
+      if (!valid_session_id(*id))
+        throw ApiError(400, "'session' must match [A-Za-z0-9_-]{1,64}", "session",
+                       "invalid_session_id");
+      r.session = *id;
+    }
+    refuse_unsupported(o);
+    return r;
+  });
+}
+
+/// Reads a /tokenize body: the text in "content".
+inline std::string parse_tokenize(const std::string& body) {
+  return read_body(body, [](const JsonObject& o) { return o.string("content"); });
+}
+
+/// Reads a /detokenize body: the token ids in "tokens", each in [0, vocab).
+inline std::vector<int32_t> parse_detokenize(const std::string& body, int64_t vocab) {
+  return read_body(body, [&](const JsonObject& o) {
+    return token_ids(o, "tokens", o.require("tokens"), vocab);
+  });
+}
+
+/// Reads a POST /v1/sessions body: the id asked for, or empty (no body, or no "id": the store
+/// picks one).
+inline std::string parse_new_session(const std::string& body) {
+  if (body.empty()) return {};
+  return read_body(body, [](const JsonObject& o) {
+    const std::string id = o.string("id", "");
+    if (o.has("id") && !valid_session_id(id))
+      throw ApiError(400, "'id' must match [A-Za-z0-9_-]{1,64}", "id", "invalid_session_id");
+    return id;
+  });
+}
+
+/// A session a request names cannot be used: it is busy (409) or does not exist (404). `param`
+/// is the field or path part that named it.
+inline ApiError session_error(SessionStore::Result r, const std::string& id, std::string param) {
+  if (r == SessionStore::Result::kBusy)
+    return ApiError(409, "session '" + id + "' is in use by another request", std::move(param),
+                    "session_busy");
+  return ApiError(404, "session '" + id + "' does not exist (create it with POST /v1/sessions)",
+                  std::move(param), "session_not_found");
+}
+
+// ---------------------------------------------------------------- answers
 
 /// OpenAI's legacy completions logprobs: tokens, token_logprobs, top_logprobs, text_offset.
 inline json logprobs_json(const std::vector<TokenLogprob>& entries, const Tokenizer& tokenizer,
@@ -320,6 +331,53 @@ inline json timings_json(const JobResult& r) {
           {"decode_tokens_per_s", r.completion_tokens > 1 && decode_ms > 0
                                       ? (r.completion_tokens - 1) / decode_ms * 1e3
                                       : 0.0}};
+}
+
+/// What names one completion in every object answered for it.
+struct CompletionId {
+  std::string id;
+  std::time_t created = 0;
+  std::string model;
+};
+
+/// A "text_completion" object with one choice; `finish_reason` null while a stream goes on.
+inline json completion_json(const CompletionId& c, const std::string& text, const json& logprobs,
+                            const json& finish_reason) {
+  return {{"id", c.id},
+          {"object", "text_completion"},
+          {"created", c.created},
+          {"model", c.model},
+          {"choices", json::array({{{"text", text},
+                                    {"index", 0},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason}}})}};
+}
+
+inline json session_info_json(const std::string& id, const SessionStore::Info& info) {
+  return {{"id", id},
+          {"object", "session"},
+          {"tokens", info.tokens},
+          {"state_bytes", info.state_bytes},
+          {"in_memory", info.in_memory},
+          {"busy", info.busy}};
+}
+
+/// A "model" object, with the model's shapes under "meta".
+inline json model_json(const RetNetModel<float>& model, const Tokenizer& tokenizer,
+                       const std::string& id, std::time_t created) {
+  const auto& c = model.config();
+  return {{"id", id},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "retnet"},
+          {"meta",
+           {{"vocab_size", c.vocab_size},
+            {"tokenizer_vocab_size", tokenizer.vocab_size()},
+            {"embed_dim", c.embed_dim},
+            {"layers", c.layers},
+            {"heads", c.heads},
+            {"state_bytes", model.new_state(1).size_bytes()},
+            {"weight_bytes", model.weights().size_bytes(c)}}}};
 }
 
 }  // namespace retnet::serve

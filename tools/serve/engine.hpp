@@ -39,8 +39,6 @@
 #include <utility>
 #include <vector>
 
-#include "serve/sessions.hpp"
-
 namespace retnet::serve {
 
 using Clock = std::chrono::steady_clock;
@@ -59,9 +57,9 @@ struct TokenLogprob {
 
 /// What one completion asks of the engine.
 struct JobParams {
-  std::vector<int32_t> prompt;         // new tokens (may be empty when a state is continued)
-  std::shared_ptr<const State> start;  // a session's state to continue (read, not changed);
-                                       // empty: a fresh sequence
+  std::vector<int32_t> prompt;  // new tokens (may be empty when a state is continued)
+  // A session's state to continue (read, not changed); empty: a fresh sequence.
+  std::shared_ptr<const GenerationState<float>> start;
   int64_t max_tokens = 16;
   SamplerParams sampler;
   std::vector<std::string> stop;
@@ -82,7 +80,7 @@ struct Update {
 
 /// Counts and times of a finished job (read by its reader once an update says done).
 struct JobResult {
-  std::optional<State> state;  // with keep_state
+  std::optional<GenerationState<float>> state;  // with keep_state
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double queued_ms = 0, prompt_ms = 0, first_token_ms = 0, total_ms = 0;
 };
@@ -567,7 +565,7 @@ class Engine {
     JobResult& res = r.job->result_;
     const auto now = Clock::now();
     if (r.job->params_.keep_state && state) {
-      State s;
+      GenerationState<float> s;
       s.model = std::move(*state);
       s.pending = r.pending;
       s.recent = r.recent;

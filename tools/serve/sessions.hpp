@@ -21,6 +21,7 @@
 #include <retnet/retnet.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace retnet::serve {
 
@@ -144,11 +145,10 @@ class SessionStore {
     return Result::kOk;
   }
 
-  /// Marks the session busy and hands it to `out`: the same state, which nothing changes (the
-  /// engine reads it into a copy of its own), so a request that fails or is cancelled leaves its
-  /// session untouched. A copy made here, on an HTTP thread, cost 3 ms for a 5.3 MB state, most
-  /// of it page faults, against 2 ms on the engine's thread (docs/PERFORMANCE.md, "Sessions:
-  /// where a continuation's extra time goes").
+  /// Marks the session busy and hands it to `out`: the same state, which nothing changes, so a
+  /// request that fails or is cancelled leaves its session untouched. No copy is made here: the
+  /// engine copies the state into the request's own on its thread (engine.hpp, start_prefill),
+  /// which keeps the copying off the HTTP threads and out of requests that never start.
   Result acquire(const std::string& id, Session& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
@@ -302,6 +302,39 @@ class SessionStore {
   std::list<std::string> lru_;  // most recent first; busy sessions are not in it
   size_t memory_bytes_ = 0, busy_ = 0;
   uint64_t evicted_ = 0, dropped_ = 0;
+};
+
+/// A session held by one request (acquired from the store): released unchanged unless the
+/// request commits the state it ended in.
+class SessionLease {
+ public:
+  SessionLease(SessionStore& store, std::string id) : store_(&store), id_(std::move(id)) {}
+  SessionLease(const SessionLease&) = delete;
+  SessionLease& operator=(const SessionLease&) = delete;
+  ~SessionLease() { release(); }
+
+  const std::string& id() const { return id_; }
+
+  void release() {
+    if (!store_) return;
+    store_->release(id_);
+    store_ = nullptr;
+  }
+
+  /// Stores `state` (none: the session stays as it was created, empty) and releases the
+  /// session; throws, with the session released, when the folder cannot be written.
+  void commit(std::optional<State> state) {
+    if (!store_) return;
+    Session s;
+    if (state) s.state = std::make_shared<const State>(std::move(*state));
+    SessionStore* store = store_;
+    store_ = nullptr;
+    store->commit(id_, std::move(s));
+  }
+
+ private:
+  SessionStore* store_;
+  std::string id_;
 };
 
 }  // namespace retnet::serve

@@ -180,12 +180,19 @@ inline std::string json_excerpt(const nlohmann::json& value, size_t max_bytes = 
 /// server can name it in a 400 reply and a loader in its FormatError.
 class JsonFieldError : public FormatError {
  public:
-  JsonFieldError(std::string field, const std::string& message)
-      : FormatError(message), field_(std::move(field)) {}
+  /// What is wrong with the field, for callers that answer each differently (the server's
+  /// error codes): it is absent, its value has the wrong JSON type, or the value is refused.
+  enum class Problem { kMissing, kWrongType, kInvalidValue };
+
+  JsonFieldError(std::string field, const std::string& message,
+                 Problem problem = Problem::kInvalidValue)
+      : FormatError(message), field_(std::move(field)), problem_(problem) {}
   const std::string& field() const { return field_; }
+  Problem problem() const { return problem_; }
 
  private:
   std::string field_;
+  Problem problem_;
 };
 
 /// The one typed reader of untrusted JSON objects (config.json, tokenizer.json, request bodies).
@@ -195,12 +202,14 @@ class JsonFieldError : public FormatError {
 class JsonObject {
  public:
   using json = nlohmann::json;
+  using Problem = JsonFieldError::Problem;
 
   /// `value` must be an object; `label` prefixes every message, `path` is where `value` sits.
   JsonObject(const json& value, std::string label, std::string path = "")
       : object_(value), label_(std::move(label)), path_(std::move(path)) {
     if (!object_.is_object())
-      fail_at(path_.empty() ? "the document" : path_, "must be an object, found " + kind(object_));
+      fail_at(path_.empty() ? "the document" : path_, "must be an object, found " + kind(object_),
+              Problem::kWrongType);
   }
 
   const json& value() const { return object_; }
@@ -232,7 +241,7 @@ class JsonObject {
   }
   const json& array(const std::string& key) const {
     const json& v = require(key);
-    if (!v.is_array()) fail(key, "must be an array, found " + kind(v));
+    if (!v.is_array()) fail(key, "must be an array, found " + kind(v), Problem::kWrongType);
     return v;
   }
 
@@ -250,7 +259,8 @@ class JsonObject {
   bool boolean(const std::string& key, bool fallback) const {
     const json* v = find(key);
     if (!v) return fallback;
-    if (!v->is_boolean()) fail(key, "must be true or false, found " + json_excerpt(*v));
+    if (!v->is_boolean())
+      fail(key, "must be true or false, found " + json_excerpt(*v), Problem::kWrongType);
     return v->get<bool>();
   }
 
@@ -281,8 +291,9 @@ class JsonObject {
   }
 
   /// Fails naming `key` of this object: "LABEL: key "PATH" MESSAGE".
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    fail_at(path(key), message);
+  [[noreturn]] void fail(const std::string& key, const std::string& message,
+                         Problem problem = Problem::kInvalidValue) const {
+    fail_at(path(key), message, problem);
   }
 
   /// What a JSON value is, for messages: "a string", "an integer", "null", ...
@@ -297,18 +308,21 @@ class JsonObject {
   }
 
  private:
-  [[noreturn]] void fail_at(const std::string& field, const std::string& message) const {
+  [[noreturn]] void fail_at(const std::string& field, const std::string& message,
+                            Problem problem) const {
     const std::string prefix = label_.empty() ? "" : label_ + ": ";
-    throw JsonFieldError(field,
-                         prefix + "key \"" + detail::escape_bounded(field, 120) + "\" " + message);
+    throw JsonFieldError(
+        field, prefix + "key \"" + detail::escape_bounded(field, 120) + "\" " + message, problem);
   }
   [[noreturn]] void fail_missing(const std::string& field) const {
     const std::string prefix = label_.empty() ? "" : label_ + ": ";
     throw JsonFieldError(
-        field, prefix + "missing required key \"" + detail::escape_bounded(field, 120) + "\"");
+        field, prefix + "missing required key \"" + detail::escape_bounded(field, 120) + "\"",
+        Problem::kMissing);
   }
   std::string string_value(const json& v, const std::string& key) const {
-    if (!v.is_string()) fail(key, "must be a string, found " + json_excerpt(v));
+    if (!v.is_string())
+      fail(key, "must be a string, found " + json_excerpt(v), Problem::kWrongType);
     return v.get<std::string>();
   }
   int64_t integer_value(const json& v, const std::string& key, int64_t lo, int64_t hi) const {
@@ -317,7 +331,7 @@ class JsonObject {
     const std::string range =
         bounded ? " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" : "";
     if (!v.is_number_integer())
-      fail(key, "must be an integer" + range + ", found " + json_excerpt(v));
+      fail(key, "must be an integer" + range + ", found " + json_excerpt(v), Problem::kWrongType);
     if (v.is_number_unsigned() &&
         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       fail(key, "= " + json_excerpt(v) + " does not fit in 64-bit signed integers");
@@ -326,7 +340,8 @@ class JsonObject {
     return x;
   }
   double number_value(const json& v, const std::string& key, double lo, double hi) const {
-    if (!v.is_number()) fail(key, "must be a number, found " + json_excerpt(v));
+    if (!v.is_number())
+      fail(key, "must be a number, found " + json_excerpt(v), Problem::kWrongType);
     const double x = v.get<double>();
     if (!std::isfinite(x) || x < lo || x > hi)
       fail(key, "= " + json_excerpt(v) + " is outside [" + json(lo).dump() + ", " +

@@ -1,0 +1,44 @@
+// What the routes of `retnet serve` share: the model and its tokenizer, the engine, the session
+// store and the server's options, and the two ways every route answers (a JSON body, or an
+// ApiError in OpenAI's error shape).
+#pragma once
+
+#include <ctime>
+#include <retnet/retnet.hpp>
+#include <string>
+
+#include "serve/api.hpp"
+#include "serve/engine.hpp"
+#include "serve/http.hpp"
+#include "serve/sessions.hpp"
+
+namespace retnet::serve {
+
+using Model = RetNetModel<float>;
+
+/// What `retnet serve`'s flags set beyond the engine and the session store.
+struct ServerOptions {
+  std::string model_id;  // the model's name in /v1/models and in every completion
+  Limits limits;         // what one request may ask for
+  std::string api_key;   // empty: no key required
+};
+
+/// The parts every route reads; they outlive the server.
+struct ServerContext {
+  const Model& model;
+  const Tokenizer& tokenizer;
+  Engine& engine;
+  SessionStore& sessions;
+  ServerOptions options;
+  std::time_t started = std::time(nullptr);
+};
+
+inline void reply(http::Response& res, int status, const json& body) {
+  res.send(status, dump(body), "application/json");
+}
+
+inline void reply_error(http::Response& res, const ApiError& e) {
+  reply(res, e.status, error_json(e));
+}
+
+}  // namespace retnet::serve

@@ -1,0 +1,224 @@
+// `retnet serve` (the executable retnet-serve, which `retnet serve` runs): an OpenAI-compatible
+// HTTP/1.1 server over one const model, with continuous batching (serve/engine.hpp) and sessions
+// whose whole history is one fixed-size state (serve/sessions.hpp). This file reads the command
+// line into ServeOptions (read_options, the only code that reads flags), loads the model and
+// starts the parts; serve/server.hpp holds the routes. docs/SERVER.md describes the API, the
+// limits and how batching works.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <retnet/retnet.hpp>
+#include <retnet/tokenizers.hpp>
+#include <string>
+#include <vector>
+
+#include "flags.hpp"
+#include "serve/context.hpp"
+#include "serve/engine.hpp"
+#include "serve/http.hpp"
+#include "serve/server.hpp"
+#include "serve/sessions.hpp"
+#include "serve/shutdown.hpp"
+
+namespace {
+
+using namespace retnet::serve;
+using retnet::tools::UsageError;
+
+/// Everything `retnet serve` takes from its command line.
+struct ServeOptions {
+  std::string model_dir;       // -m; empty with random_weights
+  std::string random_weights;  // --random-weights: a config.json, for development
+  retnet::LoadOptions load;    // --weights
+  int threads = 0;             // --threads; 0: the default (all cores)
+  std::string host;
+  int port = 0;  // 0: any free port
+  std::string api_key;
+  std::string sessions_dir;  // empty: sessions in memory only
+  size_t sessions_memory_bytes = 0;
+  int64_t max_tokens = 0;
+  EngineOptions engine;
+  http::ServerOptions http;
+};
+
+/// The most sequences one step decodes. Nothing in a step limits the rows (each row's result is
+/// the same whatever the others are, docs/SERVER.md), but every row holds a state (5.3 MB for
+/// the base config, hundreds of MB for a large model) and more rows than cores keep busy only
+/// make every stream slower.
+constexpr int kMaxBatch = 256;
+
+/// The flags of `retnet serve` (tools/flags.hpp), read into ServeOptions; nullopt after --help,
+/// which it prints. A bad command line is a UsageError.
+std::optional<ServeOptions> read_options(int argc, char** argv) {
+  using retnet::tools::integer;
+  using retnet::tools::text;
+  static const std::vector<retnet::tools::Flag> flags = {
+      text("-m", "DIR", nullptr, "model folder (config.json + weights [+ tokenizer])"),
+      text("--host", "HOST", "127.0.0.1", "address to listen on"),
+      integer("--port", "PORT", "8080", 0, 65535, "port (0: any free port, printed at start)"),
+      text("--api-key", "KEY", nullptr,
+           "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no key)"),
+      integer("--max-batch", "N", "8", 1, kMaxBatch,
+              "requests decoded together in one step (at most 256)"),
+      text("--sessions-dir", "DIR", nullptr, "keep sessions here too (they survive a restart)"),
+      integer("--sessions-memory", "MB", "512", 0, 1 << 24,
+              "memory for session states (least recently used out)"),
+      retnet::tools::threads_flag(),
+      retnet::tools::weights_flag(),
+      integer("--prefill-chunk", "N", "64", 1, 1 << 16,
+              "prompt tokens read between two decoding steps"),
+      integer("--max-tokens", "N", "4096", 1, 1 << 24,
+              "the largest max_tokens a request may ask for"),
+      integer("--max-body", "BYTES", "1048576", 1024, 1 << 30,
+              "larger request bodies are refused (413)"),
+      integer("--max-queue", "N", "256", 1, 1 << 20,
+              "requests waiting beyond this are refused (503)"),
+      integer("--http-threads", "N", "64", 2, 4096,
+              "connections served at once (a stream holds one)"),
+      text("--random-weights", "CONFIG", nullptr,
+           "(development) a config.json with random weights instead of -m, as `retnet bench "
+           "--config`"),
+  };
+  const retnet::tools::Args args("serve", flags, argc, argv);
+  if (args.help()) {
+    std::fputs(retnet::tools::help_text(
+                   "retnet serve -m DIR [options]",
+                   "An OpenAI-compatible HTTP server (docs/SERVER.md): /v1/completions with "
+                   "continuous\nbatching, sessions that continue from a fixed-size state, a page "
+                   "at /.",
+                   flags)
+                   .c_str(),
+               stdout);
+    return std::nullopt;
+  }
+  if (args.has("-m") == args.has("--random-weights"))
+    throw UsageError("serve: give -m DIR (or, for development, --random-weights CONFIG.json)");
+  ServeOptions o;
+  if (args.has("-m")) o.model_dir = args.str("-m");
+  if (args.has("--random-weights")) o.random_weights = args.str("--random-weights");
+  o.load = retnet::tools::load_options(args);
+  if (args.has("--threads")) o.threads = int(args.integer("--threads"));
+  o.host = args.str("--host");
+  o.port = int(args.integer("--port"));
+  if (args.has("--api-key"))
+    o.api_key = args.str("--api-key");
+  else if (const char* key = std::getenv("RETNET_API_KEY"))
+    o.api_key = key;
+  if (args.has("--sessions-dir")) o.sessions_dir = args.str("--sessions-dir");
+  o.sessions_memory_bytes = size_t(args.integer("--sessions-memory")) << 20;
+  o.max_tokens = args.integer("--max-tokens");
+  o.engine.max_batch = args.integer("--max-batch");
+  o.engine.prefill_chunk = args.integer("--prefill-chunk");
+  o.engine.threads = o.threads;
+  o.engine.max_queue = size_t(args.integer("--max-queue"));
+  o.http.threads = size_t(args.integer("--http-threads"));
+  o.http.max_body = size_t(args.integer("--max-body"));
+  return o;
+}
+
+/// For --random-weights: ids below 128 are their ASCII bytes, every other id of the model's
+/// vocabulary is the text "<id>". Sampling then runs over the whole vocabulary, as with a real
+/// tokenizer of that size, and every token is whole UTF-8 text (one streamed piece per token).
+class RandomWeightsTokenizer : public retnet::ByteTokenizer {
+ public:
+  explicit RandomWeightsTokenizer(int64_t vocab) : vocab_(vocab) {}
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string text;
+    for (int32_t id : ids) text += decode_token(id);
+    return text;
+  }
+  std::string decode_token(int32_t id) const override {
+    if (id < 0 || id >= vocab_) throw retnet::InvalidArgument("token id out of range");
+    return id < 128 ? std::string(1, char(id)) : "<" + std::to_string(id) + ">";
+  }
+  int64_t vocab_size() const override { return vocab_; }
+
+ private:
+  int64_t vocab_;
+};
+
+/// The model of -m, or random weights from a config (for benchmarks of shapes that have no
+/// trained checkpoint); `model_id` is the name the server gives it.
+std::unique_ptr<Model> load_model(const ServeOptions& o, std::string& model_id) {
+  if (!o.model_dir.empty()) {
+    const std::string& dir = o.model_dir;
+    model_id = std::filesystem::path(dir).lexically_normal().filename().string();
+    if (model_id.empty() || model_id == ".")
+      model_id =
+          std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
+    return std::make_unique<Model>(retnet::load_model<float>(dir, o.load));
+  }
+  auto config = retnet::ModelConfig::load(o.random_weights);
+  model_id = "random-" + std::filesystem::path(o.random_weights).stem().string();
+  config.weights = o.load.weights.value_or(retnet::WeightType::kF32);
+  return std::make_unique<Model>(config,
+                                 retnet::ModelWeights<float>::random(config, 1, config.weights));
+}
+
+std::unique_ptr<retnet::Tokenizer> load_tokenizer(const ServeOptions& o, const Model& model) {
+  if (!o.model_dir.empty()) return retnet::load_tokenizer(o.model_dir, model.config().vocab_size);
+  return std::make_unique<RandomWeightsTokenizer>(model.config().vocab_size);
+}
+
+void print_start(const ServeOptions& o, const Model& model, const std::string& model_id, int port,
+                 bool persistent) {
+  std::fprintf(stderr,
+               "retnet serve: model %s (%s of weights, %.2f MB state per sequence), max batch "
+               "%ld, %d compute threads, sessions %s\n",
+               model_id.c_str(),
+               (std::to_string(model.weights().size_bytes(model.config()) >> 20) + " MiB").c_str(),
+               model.new_state(1).size_bytes() / 1e6, long(o.engine.max_batch),
+               o.threads > 0 ? o.threads : retnet::num_threads(),
+               persistent ? ("in memory and " + o.sessions_dir).c_str() : "in memory only");
+  std::fprintf(stderr, "retnet serve: listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stderr);
+}
+
+int run(const ServeOptions& o) {
+  if (o.threads > 0) retnet::set_num_threads(o.threads);
+  ServerOptions server_options;
+  const auto model = load_model(o, server_options.model_id);
+  const auto tokenizer = load_tokenizer(o, *model);
+  SessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir);
+
+  StopSignals signals;  // before the threads of the engine and of HTTP, which inherit its mask
+  Engine engine(*model, *tokenizer, o.engine);
+  server_options.limits.max_tokens = o.max_tokens;
+  server_options.api_key = o.api_key;
+  Server server(*model, *tokenizer, engine, sessions, server_options);
+  http::Server http(o.http, &Server::reply_http_error);
+  server.add_routes(http);
+
+  const int port = http.bind(o.host, o.port);
+  if (port < 0)
+    throw UsageError("serve: cannot listen on " + o.host + ":" + std::to_string(o.port) + " (" +
+                     std::strerror(errno) + ")");
+  signals.watch([&] {
+    engine.stop();  // fails what is running, so that every handler returns
+    http.stop();
+  });
+  print_start(o, *model, server_options.model_id, port, sessions.persistent());
+  const bool ok = http.listen();
+  signals.finish();
+  engine.stop();
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto options = read_options(argc - 1, argv + 1);
+    return options ? run(*options) : 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "retnet: %s\n", e.what());  // "retnet: serve: ...", as the CLI's
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "retnet serve: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,179 @@
+// POST /v1/completions: the request read (serve/api.hpp), its session leased, a job submitted to
+// the engine, and the engine's updates answered as one completion object or streamed as
+// server-sent events.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "serve/api.hpp"
+#include "serve/context.hpp"
+#include "serve/engine.hpp"
+#include "serve/http.hpp"
+#include "serve/sessions.hpp"
+
+namespace retnet::serve {
+
+class CompletionsRoute {
+ public:
+  explicit CompletionsRoute(const ServerContext& context) : ctx_(context) {}
+
+  void operator()(const http::Request& req, http::Response& res) {
+    auto c = std::make_shared<Completion>();
+    c->request = parse_completion(req.body(), ctx_.options.limits, ctx_.model.config().vocab_size);
+    const CompletionRequest& r = c->request;
+    JobParams p;
+    p.prompt = r.text ? ctx_.tokenizer.encode(*r.text) : r.ids;
+    p.max_tokens = r.max_tokens;
+    p.sampler = r.sampler;
+    p.stop = r.stop;
+    p.logprobs = r.logprobs;
+    if (!r.session.empty()) {
+      Session s;
+      const auto got = ctx_.sessions.acquire(r.session, s);
+      if (got != SessionStore::Result::kOk) throw session_error(got, r.session, "session");
+      c->lease = std::make_unique<SessionLease>(ctx_.sessions, r.session);
+      c->session_tokens_before = s.tokens();
+      p.start = std::move(s.state);
+      p.keep_state = true;
+    }
+    if (p.prompt.empty() && !p.start)
+      throw ApiError(400,
+                     r.session.empty() ? "the prompt is empty"
+                                       : "the session is empty: its first prompt cannot be",
+                     "prompt", "empty_prompt");
+    c->job = std::make_shared<Job>(std::move(p));
+    c->names.id = "cmpl-" + std::to_string(ctx_.started) + "-" + std::to_string(next_id_++);
+    c->names.created = std::time(nullptr);
+    c->names.model = ctx_.options.model_id;
+    if (!ctx_.engine.submit(c->job))
+      throw ApiError(503, "the server is busy (" + std::to_string(ctx_.engine.options().max_queue) +
+                              " requests queued) or shutting down; try again later");
+    if (r.stream)
+      stream(c, res);
+    else
+      answer(c, res);
+  }
+
+ private:
+  /// One completion in flight: the job, its session and what the answer needs.
+  struct Completion {
+    std::shared_ptr<Job> job;
+    std::unique_ptr<SessionLease> lease;  // null without a session
+    CompletionRequest request;
+    CompletionId names;
+    int64_t session_tokens_before = 0;
+  };
+
+  json session_json(const Completion& c, const JobResult& result) const {
+    if (!c.lease) return nullptr;
+    const int64_t tokens =
+        result.state ? result.state->model.positions.at(0) + 1 : c.session_tokens_before;
+    return {{"id", c.request.session}, {"tokens", tokens}};
+  }
+
+  /// The job ended well: store the session (before the client hears of the end, so that a
+  /// next request finds it).
+  static void commit(Completion& c) {
+    if (c.lease) c.lease->commit(std::move(c.job->result().state));
+  }
+
+  static ApiError job_error(const std::string& error) {
+    if (error == "server shutting down") return ApiError(503, error);
+    return ApiError(500, "generation failed: " + error, "", "generation_failed");
+  }
+
+  json logprobs_or_null(const std::vector<TokenLogprob>& logprobs, int top) const {
+    return top >= 0 ? logprobs_json(logprobs, ctx_.tokenizer, top) : json(nullptr);
+  }
+
+  void answer(const std::shared_ptr<Completion>& c, http::Response& res) const {
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    Update u;
+    do {
+      u = c->job->take(std::chrono::seconds(1));
+      text += u.text;
+      for (auto& l : u.logprobs) logprobs.push_back(std::move(l));
+    } while (!u.done);
+    if (!u.error.empty()) throw job_error(u.error);
+    JobResult& result = c->job->result();
+    const json session = session_json(*c, result);
+    commit(*c);
+    json body = completion_json(c->names, text, logprobs_or_null(logprobs, c->request.logprobs),
+                                u.finish_reason);
+    body["usage"] = usage_json(result);
+    body["timings"] = timings_json(result);
+    if (!session.is_null()) body["session"] = session;
+    reply(res, 200, body);
+  }
+
+  /// Server-sent events: a chunk per update, the last with finish_reason (and, when asked, a
+  /// usage chunk), then "data: [DONE]". While nothing comes, a comment line every second finds
+  /// out whether the client is still there; a failed write cancels the job.
+  void stream(const std::shared_ptr<Completion>& c, http::Response& res) const {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto finished = std::make_shared<bool>(false);
+    res.stream(
+        "text/event-stream",
+        [this, c, finished](http::StreamSink& sink) {
+          const auto send = [&](const std::string& event) { return sink.write(event); };
+          const auto data = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
+          const auto end = [&] {
+            if (!send("data: [DONE]\n\n")) return false;
+            *finished = true;
+            sink.done();
+            return true;
+          };
+          Update u = c->job->take(std::chrono::seconds(1));
+          if (u.empty()) return send(": keep-alive\n\n");
+          const json lp = logprobs_or_null(u.logprobs, c->request.logprobs);
+          if ((!u.text.empty() || !u.logprobs.empty()) &&
+              !data(completion_json(c->names, u.text, lp, nullptr)))
+            return false;
+          if (!u.done) return true;
+          if (!u.error.empty()) return data(error_json(job_error(u.error))) && end();
+          JobResult& result = c->job->result();
+          const json session = session_json(*c, result);
+          try {
+            commit(*c);
+          } catch (const std::exception& e) {
+            data(error_json(ApiError(500, std::string("session not saved: ") + e.what())));
+            send("data: [DONE]\n\n");
+            *finished = true;
+            sink.done();
+            return true;
+          }
+          json last = completion_json(c->names, "", nullptr, u.finish_reason);
+          last["timings"] = timings_json(result);
+          if (!session.is_null()) last["session"] = session;
+          if (!data(last)) return false;
+          if (c->request.include_usage) {
+            json usage = completion_json(c->names, "", nullptr, nullptr);
+            usage["choices"] = json::array();
+            usage["usage"] = usage_json(result);
+            if (!session.is_null()) usage["session"] = session;
+            if (!data(usage)) return false;
+          }
+          return end();
+        },
+        [c, finished] {
+          // The stream has ended, written out or not: a job still running has lost its reader
+          // (the client left, or a write failed) and leaves the batch.
+          if (!*finished) c->job->cancel();
+          if (c->lease) c->lease->release();
+        });
+  }
+
+  const ServerContext& ctx_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace retnet::serve

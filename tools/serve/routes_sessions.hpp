@@ -1,0 +1,55 @@
+// /v1/sessions: create a session (POST), describe one (GET /v1/sessions/ID) and delete one
+// (DELETE /v1/sessions/ID). Completions use them through serve/routes_completions.hpp.
+#pragma once
+
+#include <string>
+
+#include "serve/api.hpp"
+#include "serve/context.hpp"
+#include "serve/http.hpp"
+#include "serve/sessions.hpp"
+
+namespace retnet::serve {
+
+class SessionsRoutes {
+ public:
+  explicit SessionsRoutes(const ServerContext& context) : ctx_(context) {}
+
+  /// POST /v1/sessions
+  void create(const http::Request& req, http::Response& res) const {
+    std::string id = parse_new_session(req.body());
+    if (ctx_.sessions.create(id) == SessionStore::Result::kExists)
+      throw ApiError(409, "session '" + id + "' already exists", "id", "session_exists");
+    reply(res, 201, session_info_json(id, SessionStore::Info{0, 0, true, false}));
+  }
+
+  /// GET /v1/sessions/ID
+  void get(const http::Request& req, http::Response& res) const {
+    const std::string id = session_id(req);
+    const auto info = ctx_.sessions.info(id);
+    if (!info)
+      throw ApiError(404, "session '" + id + "' does not exist", "id", "session_not_found");
+    reply(res, 200, session_info_json(id, *info));
+  }
+
+  /// DELETE /v1/sessions/ID
+  void remove(const http::Request& req, http::Response& res) const {
+    const std::string id = session_id(req);
+    const auto r = ctx_.sessions.remove(id);
+    if (r != SessionStore::Result::kOk) throw session_error(r, id, "id");
+    reply(res, 200, {{"id", id}, {"object", "session"}, {"deleted", true}});
+  }
+
+ private:
+  /// The ID in the path, checked before it comes near the session folder.
+  static std::string session_id(const http::Request& req) {
+    const std::string id = req.param(1);
+    if (!valid_session_id(id))
+      throw ApiError(400, "session ids match [A-Za-z0-9_-]{1,64}", "id", "invalid_session_id");
+    return id;
+  }
+
+  const ServerContext& ctx_;
+};
+
+}  // namespace retnet::serve
