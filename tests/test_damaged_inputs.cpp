@@ -1,6 +1,6 @@
-// Damaged inputs, table-driven (issue 15): each case lays out a model folder or a state file,
-// runs the loader a user would run on it, and expects a one-line FormatError containing a given
-// fragment, with peak memory growth under a stated bound:
+// Damaged model folders and state files, table-driven: each case lays out a model folder or a state
+// file, runs the loader a user would run on it, and expects a one-line FormatError containing a
+// given fragment, with peak memory growth under a stated bound:
 //   resident memory (VmHWM growth)          < kResidentMiB
 //   address space (VmPeak growth)           < kAddressSpaceMiB
 // so that a loader which allocates what a header declares before checking it fails the case
@@ -372,7 +372,7 @@ TEST_P(DamagedInput, RefusedOnOneLineWithinMemoryBounds) {
   EXPECT_LT(address_space, kAddressSpaceMiB) << "address space taken before the error";
 }
 
-INSTANTIATE_TEST_SUITE_P(Issue15, DamagedInput, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(ModelFolderAndStateFile, DamagedInput, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<DamagedCase>& info) {
                            return info.param.name;
                          });

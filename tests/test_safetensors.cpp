@@ -1,5 +1,6 @@
-// Tests of the safetensors reader/writer: scalar conversions against known bit patterns,
-// round trips through save_safetensors, the real fixture, and one test per malformed input.
+// Tests of the safetensors reader/writer: dtype names and sizes, round trips through
+// save_safetensors, the real fixture, and one test per malformed input. The 16-bit float
+// conversions themselves are tested in test_float_formats.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -92,78 +93,9 @@ const float kInf = std::numeric_limits<float>::infinity();
 }  // namespace
 
 // ----------------------------------------------------------------------------------------
-// Scalar conversions.
+// Dtypes.
 
-TEST(SafetensorsConvert, HalfKnownBitPatterns) {
-  EXPECT_EQ(retnet::half_to_float(0x3C00), 1.0f);
-  EXPECT_EQ(retnet::half_to_float(0xC000), -2.0f);
-  EXPECT_EQ(retnet::half_to_float(0x7BFF), 65504.0f);
-  EXPECT_EQ(retnet::half_to_float(0x0001), std::ldexp(1.0f, -24));         // smallest subnormal
-  EXPECT_EQ(retnet::half_to_float(0x03FF), 1023 * std::ldexp(1.0f, -24));  // largest subnormal
-  EXPECT_EQ(retnet::half_to_float(0x0400), std::ldexp(1.0f, -14));         // smallest normal
-  EXPECT_EQ(retnet::half_to_float(0x3555), 0.333251953125f);
-  EXPECT_EQ(retnet::half_to_float(0x7C00), kInf);
-  EXPECT_EQ(retnet::half_to_float(0xFC00), -kInf);
-  EXPECT_TRUE(std::isnan(retnet::half_to_float(0x7E00)));
-  EXPECT_TRUE(std::isnan(retnet::half_to_float(0x7C01)));  // signalling NaN stays NaN
-  EXPECT_EQ(retnet::half_to_float(0x0000), 0.0f);
-  EXPECT_TRUE(std::signbit(retnet::half_to_float(0x8000)));
-}
-
-TEST(SafetensorsConvert, Bf16KnownBitPatterns) {
-  EXPECT_EQ(retnet::bf16_to_float(0x3F80), 1.0f);
-  EXPECT_EQ(retnet::bf16_to_float(0xC000), -2.0f);
-  EXPECT_EQ(retnet::bf16_to_float(0x7F80), kInf);
-  EXPECT_EQ(retnet::bf16_to_float(0xFF80), -kInf);
-  EXPECT_TRUE(std::isnan(retnet::bf16_to_float(0x7FC0)));
-  EXPECT_EQ(retnet::bf16_to_float(0x0001), std::ldexp(1.0f, -133));  // subnormal
-  EXPECT_EQ(retnet::bf16_to_float(0x7F7F), 0x1.FEp127f);             // largest finite
-}
-
-TEST(SafetensorsConvert, FloatToHalfRoundsToNearestEven) {
-  EXPECT_EQ(retnet::float_to_half(1.0f), 0x3C00);
-  EXPECT_EQ(retnet::float_to_half(-2.0f), 0xC000);
-  EXPECT_EQ(retnet::float_to_half(65504.0f), 0x7BFF);
-  EXPECT_EQ(retnet::float_to_half(65519.0f), 0x7BFF);
-  EXPECT_EQ(retnet::float_to_half(65520.0f), 0x7C00);  // tie goes to even = overflow
-  EXPECT_EQ(retnet::float_to_half(1e9f), 0x7C00);
-  EXPECT_EQ(retnet::float_to_half(-kInf), 0xFC00);
-  EXPECT_EQ(retnet::float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie -> even
-  EXPECT_EQ(retnet::float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie -> even
-  EXPECT_EQ(retnet::float_to_half(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(retnet::float_to_half(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (zero)
-  EXPECT_EQ(retnet::float_to_half(std::ldexp(1.0f, -25) * 1.0001f), 0x0001);
-  EXPECT_EQ(retnet::float_to_half(1.5f * std::ldexp(1.0f, -24)), 0x0002);
-  EXPECT_EQ(retnet::float_to_half(2.5f * std::ldexp(1.0f, -24)), 0x0002);
-  EXPECT_EQ(retnet::float_to_half(1023.5f * std::ldexp(1.0f, -24)), 0x0400);  // into normals
-  EXPECT_EQ(retnet::float_to_half(1e-30f), 0x0000);
-  EXPECT_EQ(retnet::float_to_half(-0.0f), 0x8000);
-  EXPECT_TRUE(std::isnan(retnet::half_to_float(retnet::float_to_half(std::nanf("")))));
-}
-
-TEST(SafetensorsConvert, HalfRoundTripsEveryValue) {
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    const float f = retnet::half_to_float(static_cast<uint16_t>(h));
-    if (std::isnan(f)) continue;
-    ASSERT_EQ(retnet::float_to_half(f), h) << std::hex << h;
-  }
-}
-
-TEST(SafetensorsConvert, FloatToBf16RoundsToNearestEven) {
-  EXPECT_EQ(retnet::float_to_bf16(1.0f), 0x3F80);
-  EXPECT_EQ(retnet::float_to_bf16(retnet::bits_to_float(0x3F808000u)), 0x3F80);  // tie -> even
-  EXPECT_EQ(retnet::float_to_bf16(retnet::bits_to_float(0x3F818000u)), 0x3F82);  // tie -> even
-  EXPECT_EQ(retnet::float_to_bf16(retnet::bits_to_float(0x3F808001u)), 0x3F81);
-  EXPECT_EQ(retnet::float_to_bf16(3.4e38f), 0x7F80);  // rounds past the largest finite
-  EXPECT_TRUE(std::isnan(retnet::bf16_to_float(retnet::float_to_bf16(std::nanf("")))));
-  for (uint32_t b = 0; b < 0x10000; ++b) {
-    const float f = retnet::bf16_to_float(static_cast<uint16_t>(b));
-    if (std::isnan(f)) continue;
-    ASSERT_EQ(retnet::float_to_bf16(f), b) << std::hex << b;
-  }
-}
-
-TEST(SafetensorsConvert, DtypeNamesAndSizes) {
+TEST(SafetensorsDtype, NamesAndSizes) {
   EXPECT_EQ(retnet::dtype_size(DType::F32), 4u);
   EXPECT_EQ(retnet::dtype_size(DType::F16), 2u);
   EXPECT_EQ(retnet::dtype_size(DType::BF16), 2u);

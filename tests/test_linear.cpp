@@ -1,5 +1,6 @@
-// layers/linear.hpp and layers/ops.hpp: the products every layer is built from, against plain
-// loops.
+// ops/linear.hpp: y = x Wᵀ, the product every layer is built from, against plain loops, in
+// every shape, thread count and row grouping; and parallel_for (core/threads.hpp), which
+// schedules it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +8,9 @@
 #include <limits>
 #include <new>
 #include <random>
-#include <retnet/retnet.hpp>
+
+#include "retnet/core/threads.hpp"
+#include "retnet/ops/linear.hpp"
 
 namespace {
 
