@@ -1,5 +1,5 @@
 // Test helper: a FIFO (named pipe) standing in for a model file, and a watchdog so that a
-// reader which does open it (the behaviour issue 15 fixed) fails the test instead of hanging.
+// reader which does open it fails the test instead of hanging.
 #pragma once
 
 #include <fcntl.h>

@@ -388,7 +388,7 @@ TEST(SafetensorsBad, HeaderNotAnObject) {
 }
 
 // ----------------------------------------------------------------------------------------
-// The reference implementation's rules (issue 15, case 9), and nesting (case 1).
+// The reference implementation's rules (docs/FORMATS.md, "What the loaders check"), and nesting.
 
 TEST(SafetensorsBad, HeaderMustBeginWithABrace) {
   TempDir dir;
