@@ -556,7 +556,7 @@ std::unique_ptr<Model> load(const Args& args, std::string& model_id) {
         retnet::load_model<float>(dir, retnet::tools::load_options(args)));
   }
   const std::string file = args.str("--random-weights");
-  auto config = retnet::ModelConfig::load(file);
+  auto config = retnet::load_config_json(file);
   model_id = "random-" + std::filesystem::path(file).stem().string();
   const auto type = retnet::tools::load_options(args).weights.value_or(retnet::WeightType::kF32);
   config.weights = type;
