@@ -12,7 +12,7 @@ namespace retnet_bench {
 
 inline const retnet::ModelConfig& base_config() {
   static const retnet::ModelConfig c =
-      retnet::ModelConfig::load(RETNET_SOURCE_DIR "/benchmarks/configs/base.json");
+      retnet::load_config_json(RETNET_SOURCE_DIR "/benchmarks/configs/base.json");
   return c;
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "retnet/core/error.hpp"
-#include "retnet/model/state.hpp"
+#include "retnet/io/state_file.hpp"
 
 namespace {
 
@@ -41,7 +41,7 @@ const retnet::ModelState<float>& expected() {
 
 void load(std::istream& in) {
   try {
-    const auto s = retnet::ModelState<float>::load(in, expected(), kFingerprint, "fuzz-state");
+    const auto s = retnet::load_state(in, expected(), kFingerprint, "fuzz-state");
     retnet::expect_end_of_state(in, "fuzz-state");
     // An accepted state matches the model and holds only valid positions.
     if (s.batch() < 1 || s.layers.size() != 2) std::abort();
@@ -50,7 +50,7 @@ void load(std::istream& in) {
           t.dimension(3) != 5)
         std::abort();
     for (int64_t p : s.positions)
-      if (p < 0 || p > retnet::ModelState<float>::kMaxPosition) std::abort();
+      if (p < 0 || p > retnet::kMaxStatePosition) std::abort();
   } catch (const retnet::Error& e) {
     const std::string message = e.what();
     if (message.find('\n') != std::string::npos || message.size() > 1000) std::abort();

@@ -17,8 +17,8 @@
 #include "fifo.hpp"
 #include "retnet/core/error.hpp"
 #include "retnet/io/checkpoint.hpp"
+#include "retnet/io/config_json.hpp"
 #include "retnet/io/safetensors.hpp"
-#include "retnet/model/config.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -101,7 +101,7 @@ void read_tiny_model(CheckpointReader& reader) {
 
 TEST(Checkpoint, ReadsTorchscaleFixture) {
   const std::string dir = std::string(RETNET_TEST_DATA_DIR) + "/torchscale-tiny";
-  const retnet::ModelConfig c = retnet::ModelConfig::load(dir + "/config.json");
+  const retnet::ModelConfig c = retnet::load_config_json(dir + "/config.json");
   CheckpointReader reader(dir);
   EXPECT_EQ(reader.prefix(), "");
   EXPECT_EQ(reader.shards().size(), 1u);
@@ -310,7 +310,8 @@ TEST(CheckpointBad, NoEmbedTokens) {
   write_tensors(dir.file("model.safetensors"), tensors);
   expect_error<FormatError>(
       [&] { CheckpointReader reader(dir.str()); },
-      {dir.str(), "missing tensor embed_tokens.weight", "model.embed_tokens.weight"});
+      {dir.str(), "missing the embedding tensor", ", embed_tokens.weight (torchscale)",
+       "model.embed_tokens.weight (syncdoth)", "model.embeddings.weight (fla)"});
 }
 
 TEST(CheckpointBad, AmbiguousPrefix) {

@@ -1,5 +1,5 @@
-// Tests of ModelConfig::load: the fixture config, defaults, and one test per bad config,
-// each expecting a FormatError that names the offending key.
+// Tests of load_config_json (io/config_json.hpp): the fixture config, defaults, and one test per
+// bad config, each expecting a FormatError that names the offending key.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,7 +13,7 @@
 #include "expect_error.hpp"
 #include "fifo.hpp"
 #include "retnet/core/error.hpp"
-#include "retnet/model/config.hpp"
+#include "retnet/io/config_json.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -42,19 +42,19 @@ std::string write_config(const TempDir& dir, const std::string& text) {
   return path;
 }
 
-// Expects ModelConfig::load to throw FormatError whose message has every snippet.
+// Expects load_config_json to throw FormatError whose message has every snippet.
 void expect_bad(const json& config, const std::vector<std::string>& snippets) {
   TempDir dir;
   const std::string path = write_config(dir, config.dump());
   SCOPED_TRACE(config.dump());
-  expect_error<FormatError>([&] { ModelConfig::load(path); }, snippets);
+  expect_error<FormatError>([&] { retnet::load_config_json(path); }, snippets);
 }
 
 }  // namespace
 
 TEST(Config, LoadsFixture) {
   const ModelConfig c =
-      ModelConfig::load(std::string(RETNET_TEST_DATA_DIR) + "/torchscale-tiny/config.json");
+      retnet::load_config_json(std::string(RETNET_TEST_DATA_DIR) + "/torchscale-tiny/config.json");
   EXPECT_EQ(c.vocab_size, 97);
   EXPECT_EQ(c.embed_dim, 64);
   EXPECT_EQ(c.value_embed_dim, 128);
@@ -72,7 +72,7 @@ TEST(Config, LoadsFixture) {
 
 TEST(Config, DefaultsFollowTorchscale) {
   TempDir dir;
-  const ModelConfig c = ModelConfig::load(write_config(dir, good_config().dump()));
+  const ModelConfig c = retnet::load_config_json(write_config(dir, good_config().dump()));
   EXPECT_EQ(c.activation, retnet::Activation::kGelu);
   EXPECT_EQ(c.norm, retnet::NormKind::kRMSNorm);
   EXPECT_DOUBLE_EQ(c.eps, 1e-6);
@@ -90,13 +90,13 @@ TEST(Config, OptionalKeys) {
   j["norm_type"] = "layernorm";
   j["activation_fn"] = "silu";
   TempDir dir;
-  const ModelConfig c = ModelConfig::load(write_config(dir, j.dump()));
+  const ModelConfig c = retnet::load_config_json(write_config(dir, j.dump()));
   EXPECT_TRUE(c.tie_embeddings);
   EXPECT_TRUE(c.scale_embedding);
   EXPECT_EQ(c.norm, retnet::NormKind::kLayerNorm);
   EXPECT_EQ(c.activation, retnet::Activation::kSwish);
   // to_json writes a config that loads back to the same values.
-  const ModelConfig back = ModelConfig::from_json(c.to_json());
+  const ModelConfig back = retnet::read_config_json(c.to_json());
   EXPECT_EQ(back.to_json(), c.to_json());
 }
 
@@ -154,13 +154,13 @@ TEST(ConfigBad, SizeNotAnInteger) {
 TEST(ConfigBad, BadActivation) {
   json j = good_config();
   j["activation_fn"] = "relu";
-  expect_bad(j, {"activation_fn", "\"relu\"", "gelu or swish"});
+  expect_bad(j, {"key \"activation_fn\" must be gelu, swish or silu, found \"relu\""});
 }
 
 TEST(ConfigBad, BadNormType) {
   json j = good_config();
   j["norm_type"] = "batchnorm";
-  expect_bad(j, {"norm_type", "\"batchnorm\""});
+  expect_bad(j, {"key \"norm_type\" must be rmsnorm or layernorm, found \"batchnorm\""});
 }
 
 TEST(ConfigBad, BadEps) {
@@ -172,13 +172,13 @@ TEST(ConfigBad, BadEps) {
 TEST(ConfigBad, FlagNotABoolean) {
   json j = good_config();
   j["use_glu"] = "yes";
-  expect_bad(j, {"\"use_glu\" must be a boolean"});
+  expect_bad(j, {"key \"use_glu\" must be true or false, found \"yes\""});
 }
 
 TEST(ConfigBad, NotJson) {
   TempDir dir;
   const std::string path = write_config(dir, "{\"vocab_size\": 97,");
-  expect_error<FormatError>([&] { ModelConfig::load(path); }, {path, "not valid JSON"});
+  expect_error<FormatError>([&] { retnet::load_config_json(path); }, {path, "not valid JSON"});
 }
 
 TEST(ConfigBad, NotAnObject) {
@@ -188,7 +188,7 @@ TEST(ConfigBad, NotAnObject) {
 TEST(ConfigBad, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("config.json");
-  expect_error<FormatError>([&] { ModelConfig::load(path); }, {path});
+  expect_error<FormatError>([&] { retnet::load_config_json(path); }, {path});
 }
 
 // ----------------------------------------------------------------------------------------
@@ -206,8 +206,9 @@ TEST(ConfigBad, DeeplyNestedValue) {
     if (std::string(key) == "vocab_size")
       text.replace(text.find("\"vocab_size\":97"), 16, "\"x\":1");
     const std::string path = write_config(dir, text);
-    const std::string message = expect_error<FormatError>(
-        [&] { ModelConfig::load(path); }, {path, "nests arrays and objects deeper than 64 levels"});
+    const std::string message =
+        expect_error<FormatError>([&] { retnet::load_config_json(path); },
+                                  {path, "nests arrays and objects deeper than 64 levels"});
     EXPECT_LT(message.size(), 300u);
   }
 }
@@ -217,7 +218,7 @@ TEST(ConfigBad, DuplicateKey) {
   std::string text = good_config().dump();
   text.insert(1, "\"decoder_layers\": 2000, ");
   const std::string path = write_config(dir, text);
-  expect_error<FormatError>([&] { ModelConfig::load(path); },
+  expect_error<FormatError>([&] { retnet::load_config_json(path); },
                             {path, "has the key decoder_layers twice"});
 }
 
@@ -233,7 +234,9 @@ TEST(ConfigBad, LongStringValueIsQuotedBounded) {
   TempDir dir;
   const std::string path = write_config(dir, j.dump());
   const std::string message = expect_error<FormatError>(
-      [&] { ModelConfig::load(path); }, {"activation_fn \"relu\\x0a\\x1b[2Jzzz", "bytes)"});
+      [&] { retnet::load_config_json(path); },
+      {"key \"activation_fn\" must be gelu, swish or silu, found \"relu\\x0a\\x1b[2Jzzz",
+       "bytes)"});
   EXPECT_LT(message.size(), 300u);
   EXPECT_EQ(message.find('\n'), std::string::npos);
 }
@@ -245,12 +248,12 @@ TEST(ConfigBad, NotARegularFile) {
   {
     retnet::testing::Fifo fifo(path);
     ASSERT_TRUE(fifo.ok());
-    expect_error<FormatError>([&] { ModelConfig::load(path); },
+    expect_error<FormatError>([&] { retnet::load_config_json(path); },
                               {path, "is a FIFO (named pipe), expected a regular file"});
   }
   fs::remove(path);
   fs::create_directory(path);
-  expect_error<FormatError>([&] { ModelConfig::load(path); },
+  expect_error<FormatError>([&] { retnet::load_config_json(path); },
                             {path, "is a directory, expected a regular file"});
 }
 
@@ -259,8 +262,8 @@ TEST(ConfigBad, TooLarge) {
   const std::string path = dir.file("config.json");
   {
     std::ofstream out(path);
-    out << good_config().dump() << std::string(ModelConfig::kMaxFileBytes, ' ');
+    out << good_config().dump() << std::string(retnet::kMaxConfigBytes, ' ');
   }
-  expect_error<FormatError>([&] { ModelConfig::load(path); },
+  expect_error<FormatError>([&] { retnet::load_config_json(path); },
                             {path, "more than the 16777216-byte limit for a config file"});
 }

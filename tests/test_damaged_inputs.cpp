@@ -23,7 +23,7 @@
 #include "retnet/core/file.hpp"
 #include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
-#include "retnet/model/state.hpp"
+#include "retnet/io/state_file.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -120,7 +120,7 @@ uint64_t fingerprint(const retnet::RetNetModel<float>& m) {
 void load_state(const std::string& dir) {
   const auto model = state_model();
   std::ifstream in = retnet::open_regular_file(dir + "/state.bin");
-  ModelState<float>::load(in, model.new_state(1), fingerprint(model), dir + "/state.bin");
+  retnet::load_state(in, model.new_state(1), fingerprint(model), dir + "/state.bin");
   retnet::expect_end_of_state(in, dir + "/state.bin");
 }
 
@@ -129,7 +129,7 @@ void write_state(const std::string& dir, const std::function<void(std::string&)>
                  uint64_t fp = 0) {
   const auto model = state_model();
   std::ostringstream out;
-  model.new_state(1).save(out, fp ? fp : fingerprint(model));
+  retnet::save_state(out, model.new_state(1), fp ? fp : fingerprint(model));
   std::string bytes = out.str();
   edit(bytes);
   write_bytes(dir + "/state.bin", bytes);

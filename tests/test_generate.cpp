@@ -67,10 +67,10 @@ TEST(Generation, SavedStateResumesExactly) {
   {
     auto g = f.generator.prefill(f.tokenizer.encode(kPrompt), params);
     std::ofstream out(path, std::ios::binary);
-    g.save(out, f.model.fingerprint());
+    retnet::save_generation_state(out, g, f.model.fingerprint());
   }
   std::ifstream in(path, std::ios::binary);
-  std::vector<GenerationState<double>> states{GenerationState<double>::load(in, f.model)};
+  std::vector<GenerationState<double>> states{retnet::load_generation_state(in, f.model)};
   const auto resumed = f.generator.decode(states, params);
   EXPECT_EQ(resumed.front().tokens, uninterrupted.tokens);
   EXPECT_EQ(resumed.front().text, uninterrupted.text);
@@ -213,5 +213,5 @@ TEST(Generation, RejectsAnEmptyPromptAndCorruptStates) {
   Fixture f;
   EXPECT_THROW(f.generator.generate("", greedy(5)), InvalidArgument);
   std::stringstream garbage("RETNETST-but-not-really");
-  EXPECT_THROW(GenerationState<double>::load(garbage, f.model), FormatError);
+  EXPECT_THROW(retnet::load_generation_state(garbage, f.model), FormatError);
 }

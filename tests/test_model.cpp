@@ -293,8 +293,8 @@ TEST(ModelState, SerialisesAndRejectsMismatches) {
   Matrix<float> logits;
   model.forward(random_tokens(2, 9, c.vocab_size, 2), Form::kChunkwise, 4, state, ws, logits);
   std::stringstream buffer;
-  state.save(buffer, model.fingerprint());
-  const auto loaded = ModelState<float>::load(buffer, model.new_state(1), model.fingerprint());
+  retnet::save_state(buffer, state, model.fingerprint());
+  const auto loaded = retnet::load_state(buffer, model.new_state(1), model.fingerprint());
   EXPECT_EQ(loaded.positions, state.positions);
   for (size_t l = 0; l < state.layers.size(); ++l)
     EXPECT_EQ(relative_error(loaded.layers[l], state.layers[l]), 0.0);
@@ -303,19 +303,16 @@ TEST(ModelState, SerialisesAndRejectsMismatches) {
   other.heads = 4;
   RetNetModel<float> other_model(other, ModelWeights<float>::random(other, 3));
   std::stringstream again(buffer.str());
-  EXPECT_THROW(ModelState<float>::load(again, other_model.new_state(1), other_model.fingerprint()),
+  EXPECT_THROW(retnet::load_state(again, other_model.new_state(1), other_model.fingerprint()),
                FormatError);
   std::stringstream truncated(buffer.str().substr(0, buffer.str().size() - 5));
-  EXPECT_THROW(ModelState<float>::load(truncated, model.new_state(1), model.fingerprint()),
-               FormatError);
+  EXPECT_THROW(retnet::load_state(truncated, model.new_state(1), model.fingerprint()), FormatError);
   std::stringstream as_double(buffer.str());
   RetNetModel<double> double_model(c, ModelWeights<double>::random(c, 3));
-  EXPECT_THROW(
-      ModelState<double>::load(as_double, double_model.new_state(1), double_model.fingerprint()),
-      FormatError);
-  std::stringstream garbage("not a state at all");
-  EXPECT_THROW(ModelState<float>::load(garbage, model.new_state(1), model.fingerprint()),
+  EXPECT_THROW(retnet::load_state(as_double, double_model.new_state(1), double_model.fingerprint()),
                FormatError);
+  std::stringstream garbage("not a state at all");
+  EXPECT_THROW(retnet::load_state(garbage, model.new_state(1), model.fingerprint()), FormatError);
 }
 
 TEST(ModelState, SelectAndConcatenateKeepEachSequence) {

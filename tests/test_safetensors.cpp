@@ -18,8 +18,8 @@
 #include "expect_error.hpp"
 #include "fifo.hpp"
 #include "retnet/core/error.hpp"
+#include "retnet/io/config_json.hpp"
 #include "retnet/io/safetensors.hpp"
-#include "retnet/model/config.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -307,7 +307,7 @@ TEST(Safetensors, WriterRejectsBadTensors) {
 
 TEST(Safetensors, ReadsTorchscaleFixture) {
   const std::string model_dir = std::string(RETNET_TEST_DATA_DIR) + "/torchscale-tiny";
-  const retnet::ModelConfig c = retnet::ModelConfig::load(model_dir + "/config.json");
+  const retnet::ModelConfig c = retnet::load_config_json(model_dir + "/config.json");
   SafetensorsFile file(model_dir + "/model.safetensors");
   EXPECT_EQ(file.metadata().at("format"), "pt");
 

@@ -1,6 +1,6 @@
-// Tests of the state file format (ModelState::save / load, model_fingerprint,
-// expect_end_of_state): round trips, and one test per hostile header field (issue 15, cases 5,
-// 6 and 12). Hand-made files are built field by field with StateBytes.
+// Tests of the state file format (io/state_file.hpp: save_state / load_state,
+// expect_end_of_state; model_fingerprint): round trips, and one test per hostile header field
+// (issue 15, cases 5, 6 and 12). Hand-made files are built field by field with StateBytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,8 +14,8 @@
 
 #include "expect_error.hpp"
 #include "peak_memory.hpp"
+#include "retnet/io/state_file.hpp"
 #include "retnet/model/retnet_model.hpp"
-#include "retnet/model/state.hpp"
 
 using retnet::FormatError;
 using retnet::Index;
@@ -67,7 +67,7 @@ struct StateBytes {
   }
   // Magic, version, scalar size, fingerprint and the five dimensions.
   static StateBytes header(uint64_t fingerprint, const ModelState<float>& like, uint64_t batch,
-                           uint32_t version = ModelState<float>::kVersion) {
+                           uint32_t version = retnet::kStateVersion) {
     StateBytes s;
     s.bytes = "RETNETST";
     const auto& d = like.layers[0].dimensions();
@@ -96,9 +96,9 @@ TEST(StateFile, RoundTripsWithTheModelFingerprint) {
   const auto state = used_state(model, 3);
   const uint64_t fp = fingerprint_of(model);
   std::stringstream buffer;
-  state.save(buffer, fp);
-  EXPECT_EQ(buffer.str().size(), ModelState<float>::kHeaderBytes + state.size_bytes());
-  const auto loaded = ModelState<float>::load(buffer, model.new_state(1), fp, "s.bin");
+  retnet::save_state(buffer, state, fp);
+  EXPECT_EQ(buffer.str().size(), retnet::kStateHeaderBytes + state.size_bytes());
+  const auto loaded = retnet::load_state(buffer, model.new_state(1), fp, "s.bin");
   EXPECT_NO_THROW(retnet::expect_end_of_state(buffer, "s.bin"));
   EXPECT_EQ(loaded.positions, state.positions);
   ASSERT_EQ(loaded.layers.size(), state.layers.size());
@@ -129,9 +129,9 @@ TEST(StateFile, RefusesAStateOfAnotherModelOfTheSameShapes) {
   auto a = small_model<float>(1);
   const auto b = small_model<float>(2);
   std::stringstream buffer;
-  used_state(a, 1).save(buffer, fingerprint_of(a));
+  retnet::save_state(buffer, used_state(a, 1), fingerprint_of(a));
   expect_error<FormatError>(
-      [&] { ModelState<float>::load(buffer, b.new_state(1), fingerprint_of(b), "s.bin"); },
+      [&] { retnet::load_state(buffer, b.new_state(1), fingerprint_of(b), "s.bin"); },
       {"s.bin: state was saved for another model", "expected a state saved with this model"});
 }
 
@@ -139,21 +139,20 @@ TEST(StateFile, RefusesAStateOfAnotherModelOfTheSameShapes) {
 TEST(StateFile, RefusesTrailingBytes) {
   auto model = small_model<float>(1);
   std::stringstream buffer;
-  used_state(model, 1).save(buffer, fingerprint_of(model));
+  retnet::save_state(buffer, used_state(model, 1), fingerprint_of(model));
   buffer << "xyz";
-  ModelState<float>::load(buffer, model.new_state(1), fingerprint_of(model), "s.bin");
+  retnet::load_state(buffer, model.new_state(1), fingerprint_of(model), "s.bin");
   expect_error<FormatError>([&] { retnet::expect_end_of_state(buffer, "s.bin"); },
                             {"s.bin: 3 trailing bytes after the state"});
 }
 
-// The overloads without a fingerprint (kept until GenerationState passes one) cannot be used
-// to load a fingerprinted state, nor a state they saved into a fingerprinted load.
+// A version 1 file (saved without a model fingerprint) is refused with a message saying so.
 TEST(StateFile, RefusesVersion1) {
   auto model = small_model<float>(1);
   const auto expected = model.new_state(1);
   std::stringstream in(StateBytes::header(0, expected, 1, 1).bytes);
   expect_error<FormatError>(
-      [&] { ModelState<float>::load(in, expected, fingerprint_of(model), "old.bin"); },
+      [&] { retnet::load_state(in, expected, fingerprint_of(model), "old.bin"); },
       {"old.bin: state version 1 (saved without a model fingerprint), expected 2"});
 }
 
@@ -170,12 +169,12 @@ TEST(StateFile, RefusesMismatchedDimensions) {
     v += 1;
     std::memcpy(&bytes[24 + 8 * field], &v, 8);
     std::stringstream in(bytes);
-    expect_error<FormatError>([&] { ModelState<float>::load(in, expected, fp, "s"); },
+    expect_error<FormatError>([&] { retnet::load_state(in, expected, fp, "s"); },
                               {std::string("s: state has ") + names[field] + " = " +
                                std::to_string(v) + ", the model expects " + std::to_string(v - 1)});
   }
   std::stringstream zero(StateBytes::header(fp, expected, 0).bytes);
-  expect_error<FormatError>([&] { ModelState<float>::load(zero, expected, fp, "s"); },
+  expect_error<FormatError>([&] { retnet::load_state(zero, expected, fp, "s"); },
                             {"state batch 0"});
 }
 
@@ -192,7 +191,7 @@ TEST(StateFile, HugeBatchIsRefusedBeforeAllocating) {
   std::stringstream in(s.bytes);
   PeakMemory memory;
   expect_error<FormatError>(
-      [&] { ModelState<float>::load(in, expected, fp, "big.bin"); },
+      [&] { retnet::load_state(in, expected, fp, "big.bin"); },
       {"big.bin: state declares batch 1048576", "but only 8388608 bytes follow the header"});
   EXPECT_LT(memory.resident_mib(), 64);
   EXPECT_LT(memory.address_space_mib(), 256);
@@ -208,7 +207,7 @@ TEST(StateFile, SizeLimitOnAStreamOfUnknownLength) {
     UnseekableBuffer buffer(StateBytes::header(fp, expected, batch).bytes);
     std::istream in(&buffer);
     PeakMemory memory;
-    expect_error<FormatError>([&] { ModelState<float>::load(in, expected, fp, "pipe"); },
+    expect_error<FormatError>([&] { retnet::load_state(in, expected, fp, "pipe"); },
                               {"pipe: state declares batch " + std::to_string(batch),
                                "GiB of positions and state, more than the limit of 16 GiB"});
     EXPECT_LT(memory.address_space_mib(), 256);
@@ -221,7 +220,7 @@ TEST(StateFile, SizeLimitOnAStreamOfUnknownLength) {
   UnseekableBuffer buffer(s.bytes);
   std::istream in(&buffer);
   PeakMemory memory;
-  expect_error<FormatError>([&] { ModelState<float>::load(in, expected, fp, "pipe"); },
+  expect_error<FormatError>([&] { retnet::load_state(in, expected, fp, "pipe"); },
                             {"pipe: state declares batch 1048576", "stream ended after 8388608"});
   EXPECT_LT(memory.address_space_mib(), 256);
 }
@@ -230,10 +229,10 @@ TEST(StateFile, RoundTripsThroughAnUnseekableStream) {
   auto model = small_model<float>(1);
   const auto state = used_state(model, 2);
   std::stringstream out;
-  state.save(out, fingerprint_of(model));
+  retnet::save_state(out, state, fingerprint_of(model));
   UnseekableBuffer buffer(out.str() + "x");
   std::istream in(&buffer);
-  const auto loaded = ModelState<float>::load(in, model.new_state(1), fingerprint_of(model), "p");
+  const auto loaded = retnet::load_state(in, model.new_state(1), fingerprint_of(model), "p");
   EXPECT_EQ(loaded.positions, state.positions);
   EXPECT_EQ(loaded.layers[1].data()[7], state.layers[1].data()[7]);
   EXPECT_THROW(retnet::expect_end_of_state(in, "p"), FormatError);
@@ -244,21 +243,21 @@ TEST(StateFile, RefusesPositionsOutOfRange) {
   auto model = small_model<float>(1);
   const auto state = used_state(model, 2);
   const uint64_t fp = fingerprint_of(model);
-  for (int64_t bad : {std::numeric_limits<int64_t>::max(), ModelState<float>::kMaxPosition + 1,
+  for (int64_t bad : {std::numeric_limits<int64_t>::max(), retnet::kMaxStatePosition + 1,
                       int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
     std::stringstream good;
-    state.save(good, fp);
+    retnet::save_state(good, state, fp);
     std::string bytes = good.str();
-    std::memcpy(&bytes[ModelState<float>::kHeaderBytes + 8], &bad, 8);  // batch entry 1
+    std::memcpy(&bytes[retnet::kStateHeaderBytes + 8], &bad, 8);  // batch entry 1
     std::stringstream in(bytes);
     expect_error<FormatError>(
-        [&] { ModelState<float>::load(in, model.new_state(1), fp, "s"); },
+        [&] { retnet::load_state(in, model.new_state(1), fp, "s"); },
         {"s: state position " + std::to_string(bad) + " of batch entry 1 is outside [0, 2^40]"});
   }
   auto far = state;
   far.positions[0] = std::numeric_limits<int64_t>::max();
   std::stringstream out;
-  EXPECT_THROW(far.save(out, fp), retnet::InvalidArgument);
+  EXPECT_THROW(retnet::save_state(out, far, fp), retnet::InvalidArgument);
 }
 
 TEST(StateFile, RefusesNonFiniteValues) {
@@ -266,13 +265,13 @@ TEST(StateFile, RefusesNonFiniteValues) {
   const auto state = used_state(model, 1);
   const uint64_t fp = fingerprint_of(model);
   std::stringstream good;
-  state.save(good, fp);
+  retnet::save_state(good, state, fp);
   std::string bytes = good.str();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const size_t layer1 = ModelState<float>::kHeaderBytes + 8 + state.layers[0].size() * 4;
+  const size_t layer1 = retnet::kStateHeaderBytes + 8 + state.layers[0].size() * 4;
   std::memcpy(&bytes[layer1 + 4 * 5], &nan, 4);
   std::stringstream in(bytes);
-  expect_error<FormatError>([&] { ModelState<float>::load(in, model.new_state(1), fp, "s"); },
+  expect_error<FormatError>([&] { retnet::load_state(in, model.new_state(1), fp, "s"); },
                             {"s: state value 5 of layer 1 is not finite"});
 }
 
@@ -280,22 +279,21 @@ TEST(StateFile, RefusesTruncationAndGarbage) {
   auto model = small_model<float>(1);
   const uint64_t fp = fingerprint_of(model);
   std::stringstream good;
-  used_state(model, 1).save(good, fp);
+  retnet::save_state(good, used_state(model, 1), fp);
   const std::string bytes = good.str();
   for (size_t cut :
        {size_t{0}, size_t{7}, size_t{20}, size_t{63}, size_t{64}, size_t{70}, bytes.size() - 1}) {
     std::stringstream in(bytes.substr(0, cut));
-    EXPECT_THROW(ModelState<float>::load(in, model.new_state(1), fp, "s"), FormatError) << cut;
+    EXPECT_THROW(retnet::load_state(in, model.new_state(1), fp, "s"), FormatError) << cut;
   }
   std::stringstream garbage("not a state at all");
-  expect_error<FormatError>([&] { ModelState<float>::load(garbage, model.new_state(1), fp, "g"); },
+  expect_error<FormatError>([&] { retnet::load_state(garbage, model.new_state(1), fp, "g"); },
                             {"g: not a retnet state file (bad magic)"});
   auto double_model = small_model<double>(1);
   std::stringstream as_double(bytes);
   expect_error<FormatError>(
       [&] {
-        ModelState<double>::load(as_double, double_model.new_state(1), fingerprint_of(double_model),
-                                 "s");
+        retnet::load_state(as_double, double_model.new_state(1), fingerprint_of(double_model), "s");
       },
       {"state scalar size 4 bytes, expected 8"});
 }

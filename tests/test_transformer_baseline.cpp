@@ -182,7 +182,7 @@ TEST_F(TransformerBaseline, RejectsOverflowAndBadTokens) {
 
 TEST(TransformerBaselineConfig, MatchedToBaseHasParameterParity) {
   const auto retnet_config =
-      retnet::ModelConfig::load(RETNET_SOURCE_DIR "/benchmarks/configs/base.json");
+      retnet::load_config_json(RETNET_SOURCE_DIR "/benchmarks/configs/base.json");
   const auto t = TransformerConfig::matched(retnet_config, 2);
   EXPECT_EQ(t.embed_dim, 512);
   EXPECT_EQ(t.head_dim(), 256);

@@ -389,7 +389,7 @@ TEST(QuantisedModels, AreTheF32ModelOfTheirDecodedWeights) {
 }
 
 TEST(QuantisedModels, RandomWeightsOfATypeAreTheF32DrawsConverted) {
-  ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(R"({
+  ModelConfig config = retnet::read_config_json(nlohmann::json::parse(R"({
       "vocab_size": 100, "decoder_embed_dim": 64, "decoder_value_embed_dim": 64,
       "decoder_retention_heads": 2, "decoder_ffn_embed_dim": 96, "decoder_layers": 1})"));
   const auto f32 = ModelWeights<float>::random(config, 5);

@@ -143,7 +143,7 @@ int generate(const Args& args) {
   retnet::GenerationState<float> state;
   if (resume) {
     auto in = retnet::open_regular_file(args.str("--load-state"));
-    state = retnet::GenerationState<float>::load(in, model, args.str("--load-state"));
+    state = retnet::load_generation_state(in, model, args.str("--load-state"));
     generator.continue_with(state, prompt, params);
   } else {
     state = generator.read_prompt(prompt, params);
@@ -151,7 +151,7 @@ int generate(const Args& args) {
   if (args.has("--save-state")) {
     std::ofstream out(args.str("--save-state"), std::ios::binary);
     if (!out) throw UsageError("cannot write state file '" + args.str("--save-state") + "'");
-    state.save(out, model.fingerprint());
+    retnet::save_generation_state(out, state, model.fingerprint());
   }
   if (!resume) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
@@ -306,7 +306,7 @@ Model bench_model(const Args& args) {
     throw UsageError("bench: give exactly one of -m DIR or --config CONFIG.json");
   const retnet::LoadOptions options = load_options(args);
   if (args.has("-m")) return retnet::load_model<float>(args.str("-m"), options);
-  auto config = retnet::ModelConfig::load(args.str("--config"));
+  auto config = retnet::load_config_json(args.str("--config"));
   config.weights = options.weights.value_or(retnet::WeightType::kF32);
   return Model(config, retnet::ModelWeights<float>::random(config, 1, config.weights));
 }

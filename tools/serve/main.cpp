@@ -152,7 +152,7 @@ std::unique_ptr<Model> load_model(const ServeOptions& o, std::string& model_id) 
           std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
     return std::make_unique<Model>(retnet::load_model<float>(dir, o.load));
   }
-  auto config = retnet::ModelConfig::load(o.random_weights);
+  auto config = retnet::load_config_json(o.random_weights);
   model_id = "random-" + std::filesystem::path(o.random_weights).stem().string();
   config.weights = o.load.weights.value_or(retnet::WeightType::kF32);
   return std::make_unique<Model>(config,

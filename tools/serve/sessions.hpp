@@ -52,7 +52,7 @@ struct Session {
   }
 };
 
-/// The file of one session: "RNSESSN1", a u8 (1: a state follows), then GenerationState::save
+/// The file of one session: "RNSESSN1", a u8 (1: a state follows), then save_generation_state
 /// (its header carries the model's fingerprint and shapes, checked when read back).
 struct SessionFile {
   static constexpr char kMagic[8] = {'R', 'N', 'S', 'E', 'S', 'S', 'N', '1'};
@@ -69,7 +69,7 @@ struct SessionFile {
       out.write(kMagic, sizeof kMagic);
       const char has_state = s.state ? 1 : 0;
       out.put(has_state);
-      if (s.state) s.state->save(out, model.fingerprint());
+      if (s.state) save_generation_state(out, *s.state, model.fingerprint());
       out.flush();
       if (!out) {
         std::error_code ec;
@@ -96,7 +96,8 @@ struct SessionFile {
     if (has_state != 0 && has_state != 1)
       throw FormatError(path.string() + ": malformed session file");
     Session s;
-    if (has_state) s.state = std::make_shared<const State>(State::load(in, model, path.string()));
+    if (has_state)
+      s.state = std::make_shared<const State>(load_generation_state(in, model, path.string()));
     return s;
   }
 };

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,14 +26,9 @@
 #include "retnet/core/file.hpp"
 #include "retnet/core/json.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/model/family.hpp"
 
 namespace retnet {
-
-/// The two naming schemes of docs/FORMATS.md#published-checkpoint-families.
-enum class TensorNaming {
-  kTorchscale,  // embed_tokens.weight, layers.{i}.retention.* (torchscale, fairseq, syncdoth)
-  kFla,         // model.embeddings.weight, model.layers.{i}.attn.* (flash-linear-attention)
-};
 
 class CheckpointReader {
  public:
@@ -68,8 +64,9 @@ class CheckpointReader {
   /// The detected tensor name prefix: "" (torchscale), "decoder." (fairseq) or "model." (HF,
   /// fla).
   std::string prefix() const { return prefix_; }
-  /// Which family's names the tensors use, from the embedding's name.
-  TensorNaming naming() const { return naming_; }
+  /// The family the tensors' names show (model/family.hpp): the one whose embedding name, under
+  /// one of its prefixes, the checkpoint holds.
+  const FamilyTable& family() const { return *family_; }
   /// Every stored tensor name, sorted.
   std::vector<std::string> names() const {
     std::vector<std::string> out;
@@ -87,9 +84,9 @@ class CheckpointReader {
   /// Number of tensors over every shard.
   size_t tensor_count() const { return names_.size(); }
 
-  /// Whether the logical tensor exists. "output_projection.weight" also matches
-  /// `lm_head.weight` (HF) and an unprefixed `output_projection.weight`. With fla's naming,
-  /// `lm_head.*` is looked up without the prefix (stored beside `model.`).
+  /// Whether the logical tensor exists. The family's output projection also matches its
+  /// aliases (torchscale's: `lm_head.weight`, HF, and an unprefixed `output_projection.weight`).
+  /// With fla's naming, `lm_head.*` is looked up without the prefix (stored beside `model.`).
   bool has(const std::string& logical_name) const { return locate(logical_name) != nullptr; }
 
   /// The header entry of a logical tensor; throws FormatError "DIR: missing tensor NAME".
@@ -206,24 +203,25 @@ class CheckpointReader {
     return it == names_.end() ? nullptr : &it->second;
   }
 
+  // Whether the family stores `logical_name` without the prefix (fla's lm_head.*).
+  bool unprefixed(const std::string& logical_name) const {
+    const char* stem = family_->unprefixed_stem;
+    return stem && logical_name.rfind(stem, 0) == 0;
+  }
+
   const Location* locate(const std::string& logical_name) const {
     if (const Location* loc = find_physical(prefix_ + logical_name)) return loc;
-    if (logical_name == "output_projection.weight") {
-      for (const char* alt : {"output_projection.weight", "lm_head.weight"})
-        if (const Location* loc = find_physical(alt)) return loc;
-    }
-    if (naming_ == TensorNaming::kFla && logical_name.rfind("lm_head.", 0) == 0)
-      return find_physical(logical_name);
-    return nullptr;
+    if (logical_name == family_->tensors.output)
+      for (const char* alias : family_->output_aliases)
+        if (const Location* loc = find_physical(alias)) return loc;
+    return unprefixed(logical_name) ? find_physical(logical_name) : nullptr;
   }
 
   const Location& require_location(const std::string& logical_name) const {
     const Location* loc = locate(logical_name);
-    if (!loc) {
-      const bool unprefixed =
-          naming_ == TensorNaming::kFla && logical_name.rfind("lm_head.", 0) == 0;
-      throw FormatError(dir_ + ": missing tensor " + (unprefixed ? "" : prefix_) + logical_name);
-    }
+    if (!loc)
+      throw FormatError(dir_ + ": missing tensor " + (unprefixed(logical_name) ? "" : prefix_) +
+                        logical_name);
     return *loc;
   }
 
@@ -276,40 +274,53 @@ class CheckpointReader {
     }
   }
 
+  // Refuses the tensors of layouts no family supports (model/family.hpp, tensor_refusals).
+  void refuse_tensors() const {
+    for (const FamilyTable* table : family_tables())
+      for (const TensorRefusal& r : table->tensor_refusals)
+        for (const auto& [name, loc] : names_) {
+          if (name.find(r.contains) == std::string::npos) continue;
+          bool refused = r.and_any.empty();
+          for (const char* part : r.and_any) refused |= name.find(part) != std::string::npos;
+          if (refused)
+            throw FormatError(shards_[loc.shard].path() + ": tensor " + name_excerpt(name) +
+                              " is " + table->name + "'s " + r.what + ": not supported");
+        }
+  }
+
+  // The family and prefix: exactly one family's embedding, under exactly one of its prefixes.
   void detect_prefix() {
-    // syncdoth's layout of September 2023 and earlier: another model, whatever its embedding.
-    for (const auto& [name, loc] : names_)
-      if (name.find("blocks.") != std::string::npos &&
-          (name.find(".msr.") != std::string::npos || name.find(".ln1.") != std::string::npos))
-        throw FormatError(shards_[loc.shard].path() + ": tensor " + name +
-                          " is syncdoth's layout of September 2023 or earlier (blocks.{i}.msr, "
-                          "ln1/ln2), a different model: not supported");
-    std::vector<std::string> found;
-    for (const char* p : {"", "decoder.", "model."})
-      if (find_physical(std::string(p) + "embed_tokens.weight")) found.push_back(p);
-    const bool fla = find_physical("model.embeddings.weight") != nullptr;
-    if (fla && !found.empty())
-      throw FormatError(dir_ +
-                        ": mixes checkpoint families: has model.embeddings.weight (fla) and " +
-                        found[0] + "embed_tokens.weight (torchscale, syncdoth)");
-    if (fla) {
-      prefix_ = "model.", naming_ = TensorNaming::kFla;
-      return;
-    }
+    refuse_tensors();
+    struct Found {
+      const FamilyTable* table;
+      std::string name;  // the embedding's stored name
+    };
+    std::vector<Found> found;
+    std::string looked_for;
+    for (const FamilyTable* table : family_tables())
+      for (const char* p : table->prefixes) {
+        const std::string name = p + std::string(table->tensors.embed);
+        looked_for += (looked_for.empty() ? "" : ", ") + name + " (" + table->name + ")";
+        if (find_physical(name)) found.push_back({table, name});
+      }
     if (found.empty())
-      throw FormatError(dir_ + ": missing tensor embed_tokens.weight (looked for " +
-                        "embed_tokens.weight, decoder.embed_tokens.weight, " +
-                        "model.embed_tokens.weight and fla's model.embeddings.weight)");
-    if (found.size() > 1)
-      throw FormatError(dir_ + ": ambiguous tensor prefix: both " + found[0] +
-                        "embed_tokens.weight and " + found[1] +
-                        "embed_tokens.weight exist, expected exactly one");
-    prefix_ = found[0];
+      throw FormatError(dir_ + ": missing the embedding tensor (looked for " + looked_for + ")");
+    for (const Found& other : found) {
+      if (std::string(other.table->tensors.embed) != found[0].table->tensors.embed)
+        throw FormatError(dir_ + ": mixes checkpoint families: has " + found[0].name + " (" +
+                          found[0].table->name + ") and " + other.name + " (" + other.table->name +
+                          ")");
+      if (other.name != found[0].name)
+        throw FormatError(dir_ + ": ambiguous tensor prefix: both " + found[0].name + " and " +
+                          other.name + " exist, expected exactly one");
+    }
+    family_ = found[0].table;
+    prefix_ = found[0].name.substr(0, found[0].name.size() - std::strlen(family_->tensors.embed));
   }
 
   std::string dir_;
   std::string prefix_;
-  TensorNaming naming_ = TensorNaming::kTorchscale;
+  const FamilyTable* family_ = &kTorchscaleFamily;
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, Location> names_;  // physical name -> where it is stored
   std::set<std::string> consumed_;         // physical names read so far

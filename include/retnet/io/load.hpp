@@ -17,32 +17,34 @@
 
 #include "retnet/core/file.hpp"
 #include "retnet/io/checkpoint.hpp"
+#include "retnet/io/config_json.hpp"
 #include "retnet/model/retnet_model.hpp"
 
 namespace retnet {
 
 /// `config` (from config.json) checked against the checkpoint's tensor names, with what only
-/// the tensors tell: syncdoth for torchscale keys with Hugging Face names ("model."), and fla's
+/// the tensors tell: a port's prefix (syncdoth's "model." before torchscale's names) and fla's
 /// fused MLP (files before 2025 have no up_proj). Throws FormatError, in one line, when the
-/// config and the tensors are of different families, or for tensors of unsupported variants.
+/// config and the tensors are of different families.
 inline ModelConfig resolve_family(ModelConfig config, CheckpointReader& reader) {
-  const bool fla_names = reader.naming() == TensorNaming::kFla;
-  if (fla_names != (config.family == Family::kFla))
+  const FamilyTable& named = reader.family();  // the family of the tensor names
+  const FamilyTable& keyed = family_table(config.family);
+  const auto describe = [](const FamilyTable& t, const std::string& what) {
+    return std::string(t.name) + "'s (" + what + ")";
+  };
+  if (std::string(named.tensors.embed) != keyed.tensors.embed) {
+    std::string keys;
+    for (const char* key : keyed.keys.identity)
+      keys += (keys.empty() ? "" : ", ") + std::string(key);
     throw FormatError(reader.dir() + ": mixes checkpoint families: config.json is " +
-                      (config.family == Family::kFla ? "fla's (hidden_size, num_heads)"
-                                                     : "torchscale's (decoder_embed_dim)") +
-                      " but the tensors are " +
-                      (fla_names ? "fla's (model.embeddings.weight)"
-                                 : "torchscale's (" + reader.prefix() + "embed_tokens.weight)"));
-  for (const std::string& name : reader.names())
-    if (name.find("decay_proj") != std::string::npos)
-      throw FormatError(reader.dir() + ": tensor " + name +
-                        " is syncdoth's tensor-parallel decay_proj: not supported");
-  if (fla_names) {
-    config.fused_gate_up = !reader.has("layers.0.mlp.up_proj.weight");
+                      describe(keyed, keys) + " but the tensors are " +
+                      describe(named, reader.prefix() + named.tensors.embed));
+  }
+  if (!named.keys.markers.empty()) config.family = named.family;  // the port's own names
+  if (named.fla_switches) {
+    config.fused_gate_up = !reader.has("layers.0." + std::string(named.tensors.gate));
     return config;
   }
-  if (reader.prefix() == "model.") config.family = Family::kSyncdoth;
   // syncdoth (and torchscale) store ln(gamma_h) as retnet_rel_pos.decay: derived from the config,
   // so it must agree with the decays the config gives (use_lm_decay or not).
   if (reader.has("retnet_rel_pos.decay") &&
@@ -222,7 +224,7 @@ ModelWeights<Scalar> load_weights(const std::string& dir, ModelConfig& config,
 
 /// The config of the model folder `dir`, resolved against its tensors (resolve_family).
 inline ModelConfig load_config(const std::string& dir, CheckpointReader& reader) {
-  return resolve_family(ModelConfig::load(dir + "/config.json"), reader);
+  return resolve_family(load_config_json(dir + "/config.json"), reader);
 }
 
 /// Loads `dir/config.json` and the weights of `dir`. Throws FormatError naming the file and
@@ -231,7 +233,7 @@ template <typename Scalar>
 RetNetModel<Scalar> load_model(const std::string& dir, const LoadOptions& options = {}) {
   ModelConfig config;
   try {
-    config = ModelConfig::load(path_in_folder(dir, "config.json"));
+    config = load_config_json(path_in_folder(dir, "config.json"));
   } catch (const FormatError&) {
     // syncdoth's layout of 2023-09 has a config of its own: name the layout, not a missing key.
     try {

@@ -11,6 +11,7 @@
 
 #include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/model/family.hpp"
 #include "retnet/model/weights.hpp"
 
 namespace retnet {
@@ -22,11 +23,12 @@ template <typename Scalar>
 void save_model(const std::string& dir, ModelConfig config, const ModelWeights<Scalar>& weights,
                 DType dtype = DType::F32) {
   config.weights = weights.output.type();
-  // The prefix that tells the families apart when the folder is read (CheckpointReader).
+  // The family's first prefix, which tells the families apart when the folder is read
+  // (CheckpointReader).
+  const FamilyTable& family = family_table(config.family);
   const auto stored_name = [&](const std::string& name) {
-    const bool prefixed = config.family == Family::kSyncdoth ||
-                          (config.family == Family::kFla && name.rfind("lm_head.", 0) != 0);
-    return (prefixed ? "model." : "") + name;
+    const char* stem = family.unprefixed_stem;
+    return (stem && name.rfind(stem, 0) == 0 ? "" : std::string(family.prefixes.front())) + name;
   };
   std::vector<std::vector<float>> values;  // row-major float copies that SavedTensor points into
   std::vector<StoredRows> codes;           // the same for q8/q4 weights

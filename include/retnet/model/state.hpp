@@ -1,18 +1,13 @@
 // The recurrent state of a whole model: one retention state per layer plus the number of
 // tokens each batch entry has consumed (positions drive the rotation and decay factors).
-// A value type: fixed size whatever the sequence length, copyable (to branch a generation),
-// and serialisable with a version, shape and size check and the fingerprint of its model
-// (model_fingerprint), so that it cannot be loaded into another model of the same shapes.
+// A value type: fixed size whatever the sequence length, copyable (to branch a generation).
+// State files (io/state_file.hpp) store it with the fingerprint of its model
+// (model_fingerprint, below), so that it cannot be loaded into another model of the same shapes.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <istream>
-#include <ostream>
-#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -81,214 +76,20 @@ struct ModelState {
     }
     return out;
   }
-
-  // Stream format (docs/FORMATS.md, "State files"), little-endian:
-  //   "RETNETST" | u32 version (2) | u32 sizeof(Scalar) | u64 model fingerprint |
-  //   u64 layers | u64 batch | u64 heads | u64 dk | u64 columns |
-  //   i64 positions[batch] | Scalar data[layers][batch][heads][dk][columns]
-  // Version 1 had no fingerprint.
-  static constexpr uint32_t kVersion = 2;
-  /// Bytes before the positions.
-  static constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 5 * 8;
-  /// Largest state load() accepts: positions and data together, checked from the header
-  /// before anything is allocated (a 7B-parameter RetNet holds about 0.3 GB per sequence).
-  static constexpr uint64_t kMaxBytes = uint64_t{16} << 30;
-  /// Largest position (tokens consumed) save() writes and load() accepts: 2^40, far beyond any
-  /// sequence, and small enough that position arithmetic never overflows.
-  static constexpr int64_t kMaxPosition = int64_t{1} << 40;
-
-  /// Writes the state with `fingerprint`, the model_fingerprint() of the model it belongs to;
-  /// load() refuses it for any other model.
-  void save(std::ostream& out, uint64_t fingerprint) const {
-    RETNET_REQUIRE(!layers.empty(), "ModelState::save: empty state");
-    const auto& d = layers[0].dimensions();
-    RETNET_REQUIRE(static_cast<Index>(positions.size()) == d[0] && d[0] > 0,
-                   "ModelState::save: " + std::to_string(positions.size()) +
-                       " positions for a state of batch " + std::to_string(d[0]));
-    for (const auto& s : layers)
-      RETNET_REQUIRE(s.dimensions() == d, "ModelState::save: layers of different shapes");
-    for (int64_t p : positions)
-      RETNET_REQUIRE(p >= 0 && p <= kMaxPosition,
-                     "ModelState::save: position " + std::to_string(p) + " outside [0, 2^40]");
-    out.write("RETNETST", 8);
-    put<uint32_t>(out, kVersion);
-    put<uint32_t>(out, sizeof(Scalar));
-    put<uint64_t>(out, fingerprint);
-    for (uint64_t v :
-         {uint64_t(layers.size()), uint64_t(d[0]), uint64_t(d[1]), uint64_t(d[2]), uint64_t(d[3])})
-      put<uint64_t>(out, v);
-    for (int64_t p : positions) put<int64_t>(out, p);
-    for (const auto& s : layers)
-      out.write(reinterpret_cast<const char*>(s.data()),
-                std::streamsize(s.size() * sizeof(Scalar)));
-    if (!out) throw Error("ModelState::save: write failed");
-  }
-
-  /// Reads a state saved by `save` and checks it against `expected` (e.g. model.new_state(1)):
-  /// same layers, heads, dk and columns (the batch may differ), saved with `fingerprint` (that
-  /// of the model it is loaded into). Every header field is validated before anything is
-  /// allocated: the size the header declares must be at most kMaxBytes and, when the stream can
-  /// tell, no more than the bytes that follow; positions lie in [0, kMaxPosition] and every value
-  /// is finite. Reads exactly the state: a caller that reads nothing after it should call
-  /// expect_end_of_state(). Throws FormatError "SOURCE: ..." naming the field.
-  static ModelState load(std::istream& in, const ModelState& expected, uint64_t fingerprint,
-                         const std::string& source = "state") {
-    char magic[8] = {};
-    in.read(magic, 8);
-    if (!in || std::memcmp(magic, "RETNETST", 8) != 0)
-      throw FormatError(source + ": not a retnet state file (bad magic)");
-    const auto version = get<uint32_t>(in, source);
-    if (version == 1)
-      throw FormatError(source + ": state version 1 (saved without a model fingerprint), " +
-                        "expected " + std::to_string(kVersion) + ": save the state again");
-    if (version != kVersion)
-      throw FormatError(source + ": state version " + std::to_string(version) + ", expected " +
-                        std::to_string(kVersion));
-    const auto scalar = get<uint32_t>(in, source);
-    if (scalar != sizeof(Scalar))
-      throw FormatError(source + ": state scalar size " + std::to_string(scalar) +
-                        " bytes, expected " + std::to_string(sizeof(Scalar)));
-    const auto stored_fingerprint = get<uint64_t>(in, source);
-    uint64_t dims[5];
-    for (auto& v : dims) v = get<uint64_t>(in, source);
-    RETNET_REQUIRE(!expected.layers.empty(), "ModelState::load: empty expected state");
-    const auto& e = expected.layers[0].dimensions();
-    const uint64_t want[5] = {uint64_t(expected.layers.size()), dims[1], uint64_t(e[1]),
-                              uint64_t(e[2]), uint64_t(e[3])};
-    const char* names[5] = {"layers", "batch", "heads", "dk", "columns"};
-    for (int i = 0; i < 5; ++i)
-      if (dims[i] != want[i])
-        throw FormatError(source + ": state has " + names[i] + " = " + std::to_string(dims[i]) +
-                          ", the model expects " + std::to_string(want[i]));
-    // The size the header declares, checked before it is allocated or read.
-    const uint64_t batch = dims[1];
-    if (batch == 0) throw FormatError(source + ": state batch 0, expected at least 1");
-    uint64_t per_entry = sizeof(int64_t), layer_entry = sizeof(Scalar);  // bytes per batch entry
-    for (int i = 2; i < 5; ++i) layer_entry *= dims[i];  // each matches the model: no overflow
-    per_entry += layer_entry * dims[0];
-    const uint64_t total = per_entry * batch;
-    if (batch > kMaxBytes / per_entry)
-      throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
-                        bytes_string(batch, per_entry) + " of positions and state, more than " +
-                        "the limit of " + std::to_string(kMaxBytes >> 30) + " GiB");
-    const int64_t left = bytes_left(in);
-    if (left >= 0 && static_cast<uint64_t>(left) < total)
-      throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
-                        std::to_string(total) + " bytes of positions and state, but only " +
-                        std::to_string(left) + " bytes follow the header (truncated or corrupt)");
-    if (stored_fingerprint != fingerprint)
-      throw FormatError(source + ": state was saved for another model (model fingerprint " +
-                        hex(stored_fingerprint) + ", this model's is " + hex(fingerprint) +
-                        "): expected a state saved with this model");
-    if (left < 0) {
-      // A stream of unknown length (a pipe): take the declared bytes in blocks first, so that
-      // memory follows the bytes that really arrive, not what the header claims.
-      std::string body;
-      for (uint64_t done = 0; done < total;) {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, uint64_t{1} << 20));
-        body.resize(static_cast<size_t>(done) + n);
-        in.read(&body[static_cast<size_t>(done)], static_cast<std::streamsize>(n));
-        if (static_cast<size_t>(in.gcount()) != n)
-          throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
-                            std::to_string(total) + " bytes of positions and state, but the " +
-                            "stream ended after " + std::to_string(done + in.gcount()) +
-                            " (truncated or corrupt)");
-        done += n;
-      }
-      struct View : std::streambuf {  // reads `body` in place (istringstream would copy it)
-        View(char* p, size_t n) { setg(p, p, p + n); }
-      } view(&body[0], body.size());
-      std::istream known(&view);
-      return read_body(known, dims, source);
-    }
-    return read_body(in, dims, source);
-  }
-
- private:
-  // Positions and data, once the header has been checked and `in` is known to hold them.
-  static ModelState read_body(std::istream& in, const uint64_t (&dims)[5],
-                              const std::string& source) {
-    const uint64_t batch = dims[1];
-    ModelState s;
-    s.positions.resize(static_cast<size_t>(batch));
-    for (uint64_t b = 0; b < batch; ++b) {
-      const auto p = get<int64_t>(in, source);
-      if (p < 0 || p > kMaxPosition)
-        throw FormatError(source + ": state position " + std::to_string(p) + " of batch entry " +
-                          std::to_string(b) + " is outside [0, 2^40]");
-      s.positions[b] = p;
-    }
-    s.layers.reserve(static_cast<size_t>(dims[0]));  // checked against the model above
-    for (uint64_t l = 0; l < dims[0]; ++l) {
-      RetentionState<Scalar> t{Index(dims[1]), Index(dims[2]), Index(dims[3]), Index(dims[4])};
-      in.read(reinterpret_cast<char*>(t.data()), std::streamsize(t.size() * sizeof(Scalar)));
-      if (!in) throw FormatError(source + ": truncated state data in layer " + std::to_string(l));
-      for (Index i = 0; i < t.size(); ++i)
-        if (!std::isfinite(t.data()[i]))
-          throw FormatError(source + ": state value " + std::to_string(i) + " of layer " +
-                            std::to_string(l) + " is not finite: expected finite values");
-      s.layers.push_back(std::move(t));
-    }
-    return s;
-  }
-
-  // Bytes between the read position and the end of `in`, or -1 when the stream cannot tell
-  // (not seekable). Leaves the position where it was.
-  static int64_t bytes_left(std::istream& in) {
-    const std::istream::pos_type here = in.tellg();
-    if (here == std::istream::pos_type(-1)) return -1;
-    in.seekg(0, std::ios::end);
-    const std::istream::pos_type end = in.tellg();
-    in.seekg(here);
-    if (end == std::istream::pos_type(-1) || !in) {
-      in.clear();
-      in.seekg(here);
-      return -1;
-    }
-    return static_cast<int64_t>(end - here);
-  }
-  static std::string bytes_string(uint64_t count, uint64_t each) {
-    const long double bytes = static_cast<long double>(count) * each;
-    char text[64];
-    std::snprintf(text, sizeof text, "%.1Lf GiB", bytes / (1024.0L * 1024 * 1024));
-    return text;
-  }
-  static std::string hex(uint64_t v) {
-    char text[24];
-    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-    return text;
-  }
-  template <typename T>
-  static void put(std::ostream& out, T v) {
-    out.write(reinterpret_cast<const char*>(&v), sizeof(T));  // the library assumes little-endian
-  }
-  template <typename T>
-  static T get(std::istream& in, const std::string& source) {
-    T v{};
-    in.read(reinterpret_cast<char*>(&v), sizeof(T));
-    if (!in) throw FormatError(source + ": truncated state header");
-    return v;
-  }
 };
 
-/// Throws FormatError "SOURCE: N trailing bytes after the state" unless `in` is at its end. A
-/// state file holds one state: a reader calls this after the last field it reads (ModelState's,
-/// or those a wrapper such as GenerationState appends).
-inline void expect_end_of_state(std::istream& in, const std::string& source = "state") {
-  if (in.peek() == std::char_traits<char>::eof()) {
-    in.clear();
-    return;
-  }
-  std::streamoff extra = 0;
-  const std::istream::pos_type here = in.tellg();
-  if (here != std::istream::pos_type(-1)) {
-    in.seekg(0, std::ios::end);
-    extra = in.tellg() - here;
-    in.seekg(here);
-  }
-  throw FormatError(source + ": " + (extra > 0 ? std::to_string(extra) : std::string("some")) +
-                    " trailing bytes after the state: expected the end of the file");
-}
+/// Where a generation stands: the model state that has read every token before `pending`, and
+/// the tokens so far (for the repetition penalty); enough to continue it later, in this process
+/// or another (io/state_file.hpp writes and reads it).
+template <typename Scalar>
+struct GenerationState {
+  ModelState<Scalar> model;     // has read every token before `pending`
+  int32_t pending = 0;          // the next token to read
+  std::vector<int32_t> recent;  // tokens so far, for the repetition penalty
+  // How the last prompt (or continuation) was read; not saved.
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0;
+};
 
 namespace detail {
 

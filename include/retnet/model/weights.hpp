@@ -1,5 +1,5 @@
-// All parameters of a RetNet decoder, with the names and shapes of each checkpoint family:
-// docs/NUMERICS.md#tensor-names (torchscale, syncdoth) and docs/FORMATS.md (fla).
+// All parameters of a RetNet decoder, with the names and shapes of each checkpoint family (the
+// names from its table, model/family.hpp; docs/NUMERICS.md#tensor-names, docs/FORMATS.md).
 #pragma once
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "retnet/core/memory.hpp"
 #include "retnet/layers/decoder_layer.hpp"
 #include "retnet/model/config.hpp"
+#include "retnet/model/family.hpp"
 
 namespace retnet {
 
@@ -133,99 +134,61 @@ struct ModelWeights {
   }
 
  private:
+  /// The one walk over the tensors: names from the family's table (model/family.hpp), shapes
+  /// and presence from the config, in checkpoint order.
   template <typename Self, typename F>
   static void visit_impl(Self& w, const ModelConfig& c, F& f) {
-    if (c.family == Family::kFla)
-      visit_fla(w, c, f);
-    else
-      visit_torchscale(w, c, f);
-  }
-
-  /// torchscale and syncdoth names (docs/NUMERICS.md#tensor-names).
-  template <typename Self, typename F>
-  static void visit_torchscale(Self& w, const ModelConfig& c, F& f) {
-    const int64_t d = c.embed_dim, dv = c.value_embed_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
-    const bool layer_norm = c.norm == NormKind::kLayerNorm;
-    auto norm = [&](const std::string& name, auto& n, int64_t size) {
-      if constexpr (!std::is_const_v<std::remove_reference_t<decltype(n)>>) n.kind = c.norm;
-      f(name + ".weight", n.weight, std::vector<int64_t>{size});
-      if (layer_norm) f(name + ".bias", n.bias, std::vector<int64_t>{size});
-    };
-    if (c.tie_embeddings)
-      f("embed_tokens.weight", w.output, std::vector<int64_t>{vocab, d});
-    else
-      f("embed_tokens.weight", w.embed, std::vector<int64_t>{vocab, d});
-    if (c.layernorm_embedding) norm("layernorm_embedding", w.embed_norm, d);
-    for (int64_t i = 0; i < c.layers; ++i) {
-      auto& l = w.layers[static_cast<size_t>(i)];
-      const std::string p = "layers." + std::to_string(i) + ".";
-      norm(p + "retention_layer_norm", l.retention_norm, d);
-      f(p + "retention.q_proj.weight", l.retention.q_proj, std::vector<int64_t>{d, d});
-      f(p + "retention.k_proj.weight", l.retention.k_proj, std::vector<int64_t>{d, d});
-      f(p + "retention.v_proj.weight", l.retention.v_proj, std::vector<int64_t>{dv, d});
-      f(p + "retention.g_proj.weight", l.retention.g_proj, std::vector<int64_t>{dv, d});
-      f(p + "retention.out_proj.weight", l.retention.out_proj, std::vector<int64_t>{d, dv});
-      norm(p + "final_layer_norm", l.final_norm, d);
-      f(p + "ffn.fc1.weight", l.ffn.fc1, std::vector<int64_t>{ffn, d});
-      if (c.use_glu) {
-        f(p + "ffn.gate.weight", l.ffn.gate, std::vector<int64_t>{ffn, d});
-      } else {
-        f(p + "ffn.fc1.bias", l.ffn.fc1_bias, std::vector<int64_t>{ffn});
-        f(p + "ffn.fc2.bias", l.ffn.fc2_bias, std::vector<int64_t>{d});
-        if (c.subln) {
-          if constexpr (!std::is_const_v<Self>)
-            l.ffn.sub_norm.kind = NormKind::kLayerNorm;  // always a LayerNorm (torchscale)
-          f(p + "ffn.ffn_layernorm.weight", l.ffn.sub_norm.weight, std::vector<int64_t>{ffn});
-          f(p + "ffn.ffn_layernorm.bias", l.ffn.sub_norm.bias, std::vector<int64_t>{ffn});
-        }
-      }
-      f(p + "ffn.fc2.weight", l.ffn.fc2, std::vector<int64_t>{d, ffn});
-    }
-    norm("layer_norm", w.final_norm, d);
-    if (!c.tie_embeddings) f("output_projection.weight", w.output, std::vector<int64_t>{vocab, d});
-  }
-
-  /// fla names (docs/FORMATS.md#fla-flash-linear-attention-retnetforcausallm), without the
-  /// "model." prefix; lm_head.weight is stored without it. Every norm is an RMSNorm.
-  template <typename Self, typename F>
-  static void visit_fla(Self& w, const ModelConfig& c, F& f) {
+    constexpr bool kWrite = !std::is_const_v<Self>;
+    const FamilyTable& table = family_table(c.family);
+    const FamilyTensorNames& n = table.tensors;
     const int64_t d = c.embed_dim, ffn = c.ffn_dim, vocab = c.vocab_size;
     const int64_t key_dim = c.key_dim(), value_dim = c.value_embed_dim;
     const int64_t group = c.heads / c.key_value_heads();
-    auto norm = [&](const std::string& name, auto& n) {
-      if constexpr (!std::is_const_v<std::remove_reference_t<decltype(n)>>)
-        n.kind = NormKind::kRMSNorm;
-      f(name, n.weight, std::vector<int64_t>{d});
+    const NormKind kind = table.rms_norm_only ? NormKind::kRMSNorm : c.norm;
+    auto norm = [&](const std::string& name, auto& m, int64_t size) {
+      if constexpr (kWrite) m.kind = kind;
+      f(name + ".weight", m.weight, std::vector<int64_t>{size});
+      if (kind == NormKind::kLayerNorm) f(name + ".bias", m.bias, std::vector<int64_t>{size});
     };
-    if (c.tie_embeddings)
-      f("embeddings.weight", w.output, std::vector<int64_t>{vocab, d});
-    else
-      f("embeddings.weight", w.embed, std::vector<int64_t>{vocab, d});
+    f(n.embed, c.tie_embeddings ? w.output : w.embed, std::vector<int64_t>{vocab, d});
+    if (n.embed_norm && c.layernorm_embedding) norm(n.embed_norm, w.embed_norm, d);
+    // The families' own switches (RetNetModel::layer_params reads them the same way).
+    const bool gate = !table.fla_switches || c.output_gate;
+    const bool head_norm = table.fla_switches && c.head_norm_weight;
+    const bool fused_gate_up = table.fla_switches && c.fused_gate_up;
+    const bool glu = !n.fc1_bias || c.use_glu;
     for (int64_t i = 0; i < c.layers; ++i) {
       auto& l = w.layers[static_cast<size_t>(i)];
       const std::string p = "layers." + std::to_string(i) + ".";
-      norm(p + "attn_norm.weight", l.retention_norm);
-      f(p + "attn.q_proj.weight", l.retention.q_proj, std::vector<int64_t>{key_dim, d});
-      f(p + "attn.k_proj.weight", l.retention.k_proj, std::vector<int64_t>{key_dim / group, d});
-      f(p + "attn.v_proj.weight", l.retention.v_proj, std::vector<int64_t>{value_dim / group, d});
-      if (c.output_gate)
-        f(p + "attn.g_proj.weight", l.retention.g_proj, std::vector<int64_t>{value_dim, d});
-      if (c.head_norm_weight)
-        f(p + (c.output_gate && c.fused_norm_gate ? "attn.g_norm_swish_gate.weight"
-                                                  : "attn.g_norm.weight"),
+      norm(p + n.retention_norm, l.retention_norm, d);
+      f(p + n.q_proj, l.retention.q_proj, std::vector<int64_t>{key_dim, d});
+      f(p + n.k_proj, l.retention.k_proj, std::vector<int64_t>{key_dim / group, d});
+      f(p + n.v_proj, l.retention.v_proj, std::vector<int64_t>{value_dim / group, d});
+      if (gate) f(p + n.g_proj, l.retention.g_proj, std::vector<int64_t>{value_dim, d});
+      if (head_norm)
+        f(p + (gate && c.fused_norm_gate ? n.head_norm_fused : n.head_norm),
           l.retention.head_norm_weight, std::vector<int64_t>{c.value_head_dim()});
-      f(p + "attn.o_proj.weight", l.retention.out_proj, std::vector<int64_t>{d, value_dim});
-      norm(p + "mlp_norm.weight", l.final_norm);
-      if (c.fused_gate_up) {
-        f(p + "mlp.gate_proj.weight", l.ffn.fc1_and_gate, std::vector<int64_t>{2 * ffn, d});
+      f(p + n.out_proj, l.retention.out_proj, std::vector<int64_t>{d, value_dim});
+      norm(p + n.ffn_norm, l.final_norm, d);
+      if (fused_gate_up) {
+        f(p + n.fc1, l.ffn.fc1_and_gate, std::vector<int64_t>{2 * ffn, d});
       } else {
-        f(p + "mlp.gate_proj.weight", l.ffn.fc1, std::vector<int64_t>{ffn, d});
-        f(p + "mlp.up_proj.weight", l.ffn.gate, std::vector<int64_t>{ffn, d});
+        f(p + n.fc1, l.ffn.fc1, std::vector<int64_t>{ffn, d});
+        if (glu) f(p + n.gate, l.ffn.gate, std::vector<int64_t>{ffn, d});
       }
-      f(p + "mlp.down_proj.weight", l.ffn.fc2, std::vector<int64_t>{d, ffn});
+      if (!glu) {
+        f(p + n.fc1_bias, l.ffn.fc1_bias, std::vector<int64_t>{ffn});
+        f(p + n.fc2_bias, l.ffn.fc2_bias, std::vector<int64_t>{d});
+        if (c.subln) {
+          if constexpr (kWrite) l.ffn.sub_norm.kind = NormKind::kLayerNorm;  // always (torchscale)
+          f(p + n.sub_norm + ".weight", l.ffn.sub_norm.weight, std::vector<int64_t>{ffn});
+          f(p + n.sub_norm + ".bias", l.ffn.sub_norm.bias, std::vector<int64_t>{ffn});
+        }
+      }
+      f(p + n.fc2, l.ffn.fc2, std::vector<int64_t>{d, ffn});
     }
-    norm("norm.weight", w.final_norm);
-    if (!c.tie_embeddings) f("lm_head.weight", w.output, std::vector<int64_t>{vocab, d});
+    norm(n.final_norm, w.final_norm, d);
+    if (!c.tie_embeddings) f(n.output, w.output, std::vector<int64_t>{vocab, d});
   }
 };
 

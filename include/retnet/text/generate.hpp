@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <istream>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,58 +39,6 @@ struct GenerationResult {
   StopReason reason = StopReason::kTokenBudget;
   int64_t prompt_tokens = 0;
   double prompt_seconds = 0, decode_seconds = 0;
-};
-
-/// Where a generation stands: enough to continue it later, in this process or another.
-template <typename Scalar>
-struct GenerationState {
-  ModelState<Scalar> model;     // has read every token before `pending`
-  int32_t pending = 0;          // the next token to read
-  std::vector<int32_t> recent;  // tokens so far, for the repetition penalty
-  // How the last prompt (or continuation) was read; not saved.
-  int64_t prompt_tokens = 0;
-  double prompt_seconds = 0;
-
-  /// Writes the generation for the model whose fingerprint() is given.
-  void save(std::ostream& out, uint64_t model_fingerprint) const {
-    model.save(out, model_fingerprint);
-    const uint64_t n = recent.size();
-    out.write(reinterpret_cast<const char*>(&pending), sizeof pending);
-    out.write(reinterpret_cast<const char*>(&n), sizeof n);
-    out.write(reinterpret_cast<const char*>(recent.data()), std::streamsize(n * sizeof(int32_t)));
-    if (!out) throw Error("GenerationState::save: write failed");
-  }
-  /// Reads a generation saved for `model`: refuses another model's state, any header field out
-  /// of range, and trailing bytes. Memory follows the bytes that actually arrive.
-  static GenerationState load(std::istream& in, const RetNetModel<Scalar>& model,
-                              const std::string& source = "state") {
-    GenerationState g;
-    g.model = ModelState<Scalar>::load(in, model.new_state(1), model.fingerprint(), source);
-    require_format(g.model.batch() == 1, source + ": a generation state holds one sequence");
-    uint64_t n = 0;
-    in.read(reinterpret_cast<char*>(&g.pending), sizeof g.pending);
-    in.read(reinterpret_cast<char*>(&n), sizeof n);
-    require_format(bool(in) && n <= (uint64_t(1) << 24), source + ": truncated generation state");
-    constexpr uint64_t kBlock = 1 << 16;  // tokens read at a time
-    for (uint64_t done = 0; done < n;) {
-      const uint64_t k = std::min(kBlock, n - done);
-      g.recent.resize(done + k);
-      in.read(reinterpret_cast<char*>(g.recent.data() + done),
-              std::streamsize(k * sizeof(int32_t)));
-      require_format(bool(in), source + ": truncated generation state");
-      done += k;
-    }
-    expect_end_of_state(in, source);
-    const auto vocab = model.config().vocab_size;
-    require_format(g.pending >= 0 && g.pending < vocab, source + ": pending token out of range");
-    for (int32_t t : g.recent) require_format(t >= 0 && t < vocab, source + ": token out of range");
-    return g;
-  }
-
- private:
-  static void require_format(bool ok, const std::string& message) {
-    if (!ok) throw FormatError(message);
-  }
 };
 
 /// Called with (sequence index, token, text piece) as text becomes final.

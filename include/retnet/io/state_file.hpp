@@ -1,0 +1,305 @@
+// State files (docs/FORMATS.md, "State files"): a ModelState, or a GenerationState (a model
+// state, the pending token and the recent tokens), with a version, shape and size check and the
+// fingerprint of its model (model_fingerprint), so that it cannot be loaded into another model
+// of the same shapes. The file is untrusted: every header field is checked before anything is
+// allocated, and memory follows the bytes that really arrive.
+//
+// Stream format, little-endian:
+//   "RETNETST" | u32 version (2) | u32 sizeof(Scalar) | u64 model fingerprint |
+//   u64 layers | u64 batch | u64 heads | u64 dk | u64 columns |
+//   i64 positions[batch] | Scalar data[layers][batch][heads][dk][columns]
+// and, for a generation: i32 pending | u64 n | i32 recent[n]. Version 1 had no fingerprint.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <istream>
+#include <ostream>
+#include <streambuf>
+#include <string>
+#include <vector>
+
+#include "retnet/core/error.hpp"
+#include "retnet/model/retnet_model.hpp"
+#include "retnet/model/state.hpp"
+
+namespace retnet {
+
+constexpr uint32_t kStateVersion = 2;
+/// Bytes before the positions.
+constexpr uint64_t kStateHeaderBytes = 8 + 4 + 4 + 8 + 5 * 8;
+/// Largest state load_state() accepts: positions and data together, checked from the header
+/// before anything is allocated (a 7B-parameter RetNet holds about 0.3 GB per sequence).
+constexpr uint64_t kMaxStateBytes = uint64_t{16} << 30;
+/// Largest position (tokens consumed) save_state() writes and load_state() accepts: 2^40, far
+/// beyond any sequence, and small enough that position arithmetic never overflows.
+constexpr int64_t kMaxStatePosition = int64_t{1} << 40;
+/// Most recent tokens a generation state holds.
+constexpr uint64_t kMaxStateTokens = uint64_t{1} << 24;
+
+namespace detail {
+
+template <typename T>
+void put_raw(std::ostream& out, T v) {
+  out.write(reinterpret_cast<const char*>(&v), sizeof(T));  // the library assumes little-endian
+}
+
+template <typename T>
+T get_raw(std::istream& in, const std::string& source) {
+  T v{};
+  in.read(reinterpret_cast<char*>(&v), sizeof(T));
+  if (!in) throw FormatError(source + ": truncated state header");
+  return v;
+}
+
+// Bytes between the read position and the end of `in`, or -1 when the stream cannot tell
+// (not seekable). Leaves the position where it was.
+inline int64_t bytes_left(std::istream& in) {
+  const std::istream::pos_type here = in.tellg();
+  if (here == std::istream::pos_type(-1)) return -1;
+  in.seekg(0, std::ios::end);
+  const std::istream::pos_type end = in.tellg();
+  in.seekg(here);
+  if (end == std::istream::pos_type(-1) || !in) {
+    in.clear();
+    in.seekg(here);
+    return -1;
+  }
+  return static_cast<int64_t>(end - here);
+}
+
+inline std::string gib_string(uint64_t count, uint64_t each) {
+  const long double bytes = static_cast<long double>(count) * each;
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1Lf GiB", bytes / (1024.0L * 1024 * 1024));
+  return text;
+}
+
+inline std::string hex_string(uint64_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+/// The header of a state file: magic, version, scalar size, fingerprint and the five dims
+/// (layers, batch, heads, dk, columns), checked against `expected` but for the batch.
+struct StateHeader {
+  uint64_t fingerprint = 0;
+  uint64_t dims[5] = {};
+};
+
+template <typename Scalar>
+StateHeader read_state_header(std::istream& in, const ModelState<Scalar>& expected,
+                              const std::string& source) {
+  char magic[8] = {};
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, "RETNETST", 8) != 0)
+    throw FormatError(source + ": not a retnet state file (bad magic)");
+  const auto version = get_raw<uint32_t>(in, source);
+  if (version == 1)
+    throw FormatError(source + ": state version 1 (saved without a model fingerprint), " +
+                      "expected " + std::to_string(kStateVersion) + ": save the state again");
+  if (version != kStateVersion)
+    throw FormatError(source + ": state version " + std::to_string(version) + ", expected " +
+                      std::to_string(kStateVersion));
+  const auto scalar = get_raw<uint32_t>(in, source);
+  if (scalar != sizeof(Scalar))
+    throw FormatError(source + ": state scalar size " + std::to_string(scalar) +
+                      " bytes, expected " + std::to_string(sizeof(Scalar)));
+  StateHeader h;
+  h.fingerprint = get_raw<uint64_t>(in, source);
+  for (auto& v : h.dims) v = get_raw<uint64_t>(in, source);
+  RETNET_REQUIRE(!expected.layers.empty(), "load_state: empty expected state");
+  const auto& e = expected.layers[0].dimensions();
+  const uint64_t want[5] = {uint64_t(expected.layers.size()), h.dims[1], uint64_t(e[1]),
+                            uint64_t(e[2]), uint64_t(e[3])};
+  const char* names[5] = {"layers", "batch", "heads", "dk", "columns"};
+  for (int i = 0; i < 5; ++i)
+    if (h.dims[i] != want[i])
+      throw FormatError(source + ": state has " + names[i] + " = " + std::to_string(h.dims[i]) +
+                        ", the model expects " + std::to_string(want[i]));
+  return h;
+}
+
+// Positions and data, once the header has been checked and `in` is known to hold them.
+template <typename Scalar>
+ModelState<Scalar> read_state_body(std::istream& in, const uint64_t (&dims)[5],
+                                   const std::string& source) {
+  const uint64_t batch = dims[1];
+  ModelState<Scalar> s;
+  s.positions.resize(static_cast<size_t>(batch));
+  for (uint64_t b = 0; b < batch; ++b) {
+    const auto p = get_raw<int64_t>(in, source);
+    if (p < 0 || p > kMaxStatePosition)
+      throw FormatError(source + ": state position " + std::to_string(p) + " of batch entry " +
+                        std::to_string(b) + " is outside [0, 2^40]");
+    s.positions[b] = p;
+  }
+  s.layers.reserve(static_cast<size_t>(dims[0]));  // checked against the model
+  for (uint64_t l = 0; l < dims[0]; ++l) {
+    RetentionState<Scalar> t{Index(dims[1]), Index(dims[2]), Index(dims[3]), Index(dims[4])};
+    in.read(reinterpret_cast<char*>(t.data()), std::streamsize(t.size() * sizeof(Scalar)));
+    if (!in) throw FormatError(source + ": truncated state data in layer " + std::to_string(l));
+    for (Index i = 0; i < t.size(); ++i)
+      if (!std::isfinite(t.data()[i]))
+        throw FormatError(source + ": state value " + std::to_string(i) + " of layer " +
+                          std::to_string(l) + " is not finite: expected finite values");
+    s.layers.push_back(std::move(t));
+  }
+  return s;
+}
+
+// The body of a stream of unknown length (a pipe): the declared `total` bytes taken in blocks
+// first, so that memory follows the bytes that really arrive, not what the header claims.
+template <typename Scalar>
+ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&dims)[5],
+                                             uint64_t total, const std::string& source) {
+  std::string body;
+  for (uint64_t done = 0; done < total;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, uint64_t{1} << 20));
+    body.resize(static_cast<size_t>(done) + n);
+    in.read(&body[static_cast<size_t>(done)], static_cast<std::streamsize>(n));
+    if (static_cast<size_t>(in.gcount()) != n)
+      throw FormatError(source + ": state declares batch " + std::to_string(dims[1]) + ": " +
+                        std::to_string(total) + " bytes of positions and state, but the " +
+                        "stream ended after " + std::to_string(done + in.gcount()) +
+                        " (truncated or corrupt)");
+    done += n;
+  }
+  struct View : std::streambuf {  // reads `body` in place (istringstream would copy it)
+    View(char* p, size_t n) { setg(p, p, p + n); }
+  } view(&body[0], body.size());
+  std::istream known(&view);
+  return read_state_body<Scalar>(known, dims, source);
+}
+
+}  // namespace detail
+
+/// Writes `state` with `fingerprint`, the model_fingerprint() of the model it belongs to;
+/// load_state() refuses it for any other model.
+template <typename Scalar>
+void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fingerprint) {
+  RETNET_REQUIRE(!state.layers.empty(), "save_state: empty state");
+  const auto& d = state.layers[0].dimensions();
+  RETNET_REQUIRE(static_cast<Index>(state.positions.size()) == d[0] && d[0] > 0,
+                 "save_state: " + std::to_string(state.positions.size()) +
+                     " positions for a state of batch " + std::to_string(d[0]));
+  for (const auto& s : state.layers)
+    RETNET_REQUIRE(s.dimensions() == d, "save_state: layers of different shapes");
+  for (int64_t p : state.positions)
+    RETNET_REQUIRE(p >= 0 && p <= kMaxStatePosition,
+                   "save_state: position " + std::to_string(p) + " outside [0, 2^40]");
+  out.write("RETNETST", 8);
+  detail::put_raw<uint32_t>(out, kStateVersion);
+  detail::put_raw<uint32_t>(out, sizeof(Scalar));
+  detail::put_raw<uint64_t>(out, fingerprint);
+  for (uint64_t v : {uint64_t(state.layers.size()), uint64_t(d[0]), uint64_t(d[1]), uint64_t(d[2]),
+                     uint64_t(d[3])})
+    detail::put_raw<uint64_t>(out, v);
+  for (int64_t p : state.positions) detail::put_raw<int64_t>(out, p);
+  for (const auto& s : state.layers)
+    out.write(reinterpret_cast<const char*>(s.data()), std::streamsize(s.size() * sizeof(Scalar)));
+  if (!out) throw Error("save_state: write failed");
+}
+
+/// Reads a state saved by save_state and checks it against `expected` (e.g.
+/// model.new_state(1)): same layers, heads, dk and columns (the batch may differ), saved with
+/// `fingerprint` (that of the model it is loaded into). Every header field is validated before
+/// anything is allocated: the size the header declares must be at most kMaxStateBytes and, when
+/// the stream can tell, no more than the bytes that follow; positions lie in
+/// [0, kMaxStatePosition] and every value is finite. Reads exactly the state: a caller that reads
+/// nothing after it should call expect_end_of_state(). Throws FormatError "SOURCE: ..." naming
+/// the field.
+template <typename Scalar>
+ModelState<Scalar> load_state(std::istream& in, const ModelState<Scalar>& expected,
+                              uint64_t fingerprint, const std::string& source = "state") {
+  const detail::StateHeader h = detail::read_state_header(in, expected, source);
+  // The size the header declares, checked before it is allocated or read.
+  const uint64_t batch = h.dims[1];
+  if (batch == 0) throw FormatError(source + ": state batch 0, expected at least 1");
+  uint64_t per_entry = sizeof(int64_t), layer_entry = sizeof(Scalar);  // bytes per batch entry
+  for (int i = 2; i < 5; ++i) layer_entry *= h.dims[i];  // each matches the model: no overflow
+  per_entry += layer_entry * h.dims[0];
+  const uint64_t total = per_entry * batch;
+  if (batch > kMaxStateBytes / per_entry)
+    throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
+                      detail::gib_string(batch, per_entry) + " of positions and state, more " +
+                      "than the limit of " + std::to_string(kMaxStateBytes >> 30) + " GiB");
+  const int64_t left = detail::bytes_left(in);
+  if (left >= 0 && static_cast<uint64_t>(left) < total)
+    throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
+                      std::to_string(total) + " bytes of positions and state, but only " +
+                      std::to_string(left) + " bytes follow the header (truncated or corrupt)");
+  if (h.fingerprint != fingerprint)
+    throw FormatError(source + ": state was saved for another model (model fingerprint " +
+                      detail::hex_string(h.fingerprint) + ", this model's is " +
+                      detail::hex_string(fingerprint) +
+                      "): expected a state saved with this model");
+  if (left < 0) return detail::read_state_body_from_pipe<Scalar>(in, h.dims, total, source);
+  return detail::read_state_body<Scalar>(in, h.dims, source);
+}
+
+/// Throws FormatError "SOURCE: N trailing bytes after the state" unless `in` is at its end. A
+/// state file holds one state: a reader calls this after the last field it reads.
+inline void expect_end_of_state(std::istream& in, const std::string& source = "state") {
+  if (in.peek() == std::char_traits<char>::eof()) {
+    in.clear();
+    return;
+  }
+  std::streamoff extra = 0;
+  const std::istream::pos_type here = in.tellg();
+  if (here != std::istream::pos_type(-1)) {
+    in.seekg(0, std::ios::end);
+    extra = in.tellg() - here;
+    in.seekg(here);
+  }
+  throw FormatError(source + ": " + (extra > 0 ? std::to_string(extra) : std::string("some")) +
+                    " trailing bytes after the state: expected the end of the file");
+}
+
+/// Writes a generation for the model whose fingerprint() is given.
+template <typename Scalar>
+void save_generation_state(std::ostream& out, const GenerationState<Scalar>& g,
+                           uint64_t fingerprint) {
+  save_state(out, g.model, fingerprint);
+  const uint64_t n = g.recent.size();
+  out.write(reinterpret_cast<const char*>(&g.pending), sizeof g.pending);
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  out.write(reinterpret_cast<const char*>(g.recent.data()), std::streamsize(n * sizeof(int32_t)));
+  if (!out) throw Error("save_generation_state: write failed");
+}
+
+/// Reads a generation saved for `model`: refuses another model's state, any header field out
+/// of range, and trailing bytes. Memory follows the bytes that actually arrive.
+template <typename Scalar>
+GenerationState<Scalar> load_generation_state(std::istream& in, const RetNetModel<Scalar>& model,
+                                              const std::string& source = "state") {
+  const auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw FormatError(message);
+  };
+  GenerationState<Scalar> g;
+  g.model = load_state(in, model.new_state(1), model.fingerprint(), source);
+  require(g.model.batch() == 1, source + ": a generation state holds one sequence");
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&g.pending), sizeof g.pending);
+  in.read(reinterpret_cast<char*>(&n), sizeof n);
+  require(bool(in) && n <= kMaxStateTokens, source + ": truncated generation state");
+  constexpr uint64_t kBlock = 1 << 16;  // tokens read at a time
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t k = std::min(kBlock, n - done);
+    g.recent.resize(done + k);
+    in.read(reinterpret_cast<char*>(g.recent.data() + done), std::streamsize(k * sizeof(int32_t)));
+    require(bool(in), source + ": truncated generation state");
+    done += k;
+  }
+  expect_end_of_state(in, source);
+  const auto vocab = model.config().vocab_size;
+  require(g.pending >= 0 && g.pending < vocab, source + ": pending token out of range");
+  for (int32_t t : g.recent) require(t >= 0 && t < vocab, source + ": token out of range");
+  return g;
+}
+
+}  // namespace retnet
