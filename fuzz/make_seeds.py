@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the hostile seeds of the fuzz corpora (issue 15); the older hand-made seeds of
+"""Writes the hostile seeds of the fuzz corpora; the hand-made seeds of
 fuzz/corpus stay as they are. Run from anywhere: python3 fuzz/make_seeds.py
 
   fuzz/corpus/         safetensors files (fuzz_safetensors)

@@ -427,7 +427,7 @@ TEST(CheckpointBad, TensorInTwoShards) {
 }
 
 // ----------------------------------------------------------------------------------------
-// Hostile checkpoints (issue 15).
+// Hostile checkpoints: each refused with one line naming the problem.
 
 // Case 1: the index parsed with a bounded depth; no part of it dumped unbounded.
 TEST(CheckpointBad, IndexDeeplyNested) {

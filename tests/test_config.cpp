@@ -192,7 +192,7 @@ TEST(ConfigBad, MissingFile) {
 }
 
 // ----------------------------------------------------------------------------------------
-// Hostile configs (issue 15).
+// Hostile configs: each refused with one line naming the key.
 
 // Case 1: nesting is bounded while parsing; nothing is dumped unbounded into the message.
 TEST(ConfigBad, DeeplyNestedValue) {

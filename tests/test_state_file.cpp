@@ -1,6 +1,6 @@
 // Tests of the state file format (io/state_file.hpp: save_state / load_state,
 // expect_end_of_state; model_fingerprint): round trips, and one test per hostile header field
-// (issue 15, cases 5, 6 and 12). Hand-made files are built field by field with StateBytes.
+// (version, shapes, sizes). Hand-made files are built field by field with StateBytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
