@@ -311,7 +311,7 @@ expect_usage_error "convert --weights q7" "--weights: unknown weight type 'q7' (
   "$retnet" convert -m "$model" -o "$work/new" --weights q7
 expect_usage_error "convert without -o" "-o is required" "$retnet" convert -m "$model" --weights q8
 if [ -e "$work/new" ]; then fail "a refused convert created its output folder"; else ok; fi
-expect_usage_error "generate --weights q7" "--weights: unknown weight type 'q7'" "$retnet" generate -m "$model" -p hi --weights q7
+expect_usage_error "generate --weights q7" "generate: --weights: unknown weight type 'q7'" "$retnet" generate -m "$model" -p hi --weights q7
 expect_usage_error "score --weights q7" "--weights: unknown weight type 'q7'" "$retnet" score -m "$model" --text hi --weights q7
 expect_usage_error "bench --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench -m "$model" --weights q7
 expect_usage_error "bench --config --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench --config "$model/config.json" --weights q7
@@ -327,7 +327,7 @@ expect_error "zero threads" "--threads must be in [1, " "$retnet" generate -m "$
 expect_error "huge threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 100000
 expect_error "wrapping threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 4294967297
 expect_error "wrapping repeat" "--repeat must be in [1, 1000]" "$retnet" bench -m "$model" --repeat 4294967296
-expect_error "huge seed" "--seed must be in [0, " "$retnet" generate -m "$model" --seed 18446744073709551615
+expect_error "huge seed" "--seed must be in [0, 9223372036854775807], got 18446744073709551615" "$retnet" generate -m "$model" --seed 18446744073709551615
 expect_error "wrapping top-k" "--top-k must be in [0, " "$retnet" generate -m "$model" --top-k 4294967296
 expect_error "tiny repeat penalty" "--repeat-penalty must be in" "$retnet" generate -m "$model" --repeat-penalty 1e-40
 expect_error "bad top-p" "--top-p must be in [0, 1]" "$retnet" generate -m "$model" --top-p 1.5
@@ -354,7 +354,13 @@ expect_error "score FIFO" "is a FIFO (named pipe), expected a regular file" time
 expect_error "score trailing comma" "--tokens: expected comma-separated token ids, got ''" "$retnet" score -m "$model" --tokens 1,2,
 expect_error "score one token" "at least 2 are needed" "$retnet" score -m "$model" --tokens 7
 expect_error "bench both sources" "exactly one of -m" "$retnet" bench -m "$model" --config "$model/config.json"
-expect_error "bench recurrent prompt" "--mode must be parallel, chunkwise" "$retnet" bench --config "$model/config.json" --mode recurrent
+expect_usage_error "bench recurrent prompt" "bench: --mode must be parallel or chunkwise, got 'recurrent'" "$retnet" bench --config "$model/config.json" --mode recurrent
+expect_usage_error "bench bad logits" "bench: --logits must be last or all, got 'some'" "$retnet" bench --config "$model/config.json" --logits some
+expect_usage_error "score bad mode names the choices" "score: --mode must be parallel, chunkwise or recurrent, got 'sideways'" "$retnet" score -m "$model" --text hi --mode sideways
+expect_usage_error "detokenize without --ids" "detokenize: --ids is required" "$retnet" detokenize -m "$tok/llama2"
+expect_usage_error "a bad value refused with --help" "--top-p must be in [0, 1]" "$retnet" generate --help --top-p 2
+expect_ok "--help without a required flag" "$retnet" convert --help
+contains "convert --help lists --weights" "$work/out" "--weights T"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,6 +1,15 @@
-# Installs the package from the build tree into a temporary prefix, then configures, builds and
-# runs examples/consumer against it. Run by ctest as `cmake -P` with SOURCE_DIR, BINARY_DIR, WORK,
-# WITH_TOKENIZERS (whether RetNet::tokenizers was built) and TEST_DATA.
+# Installs the package from the build tree into a temporary prefix, checks that it holds the
+# entry headers and exactly the headers they include, then configures, builds and runs
+# examples/consumer against it, together with every program of the documentation. Run by ctest
+# as `cmake -P` with SOURCE_DIR, BINARY_DIR, WORK, WITH_TOKENIZERS (whether RetNet::tokenizers
+# was built) and TEST_DATA.
+#
+# The documentation's programs: every ```cpp block of README.md and docs/*.md is either a whole
+# program (it defines main), which is compiled as written, linked against the installed package
+# and run from the source folder (so that models/shakespeare is found), or marked as a fragment
+# by a first line that starts with "// Fragment". The README's block under "Using the library"
+# must be a program.
+cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE "${WORK}")
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -15,11 +24,123 @@ else()
   set(tokenizers OFF)
 endif()
 run(${CMAKE_COMMAND} --install "${BINARY_DIR}" --prefix "${WORK}/prefix")
+
+# The installed headers under include/retnet that `entry` includes, directly or through others
+# (the "retnet/..." includes of each); fails if one of them is not installed.
+function(included_headers include_root out)
+  set(reached "")
+  set(pending ${ARGN})
+  while(pending)
+    list(POP_FRONT pending header)
+    if(header IN_LIST reached)
+      continue()
+    endif()
+    if(NOT EXISTS "${include_root}/${header}")
+      message(FATAL_ERROR "${header} is included by an entry header but not installed")
+    endif()
+    list(APPEND reached ${header})
+    file(STRINGS "${include_root}/${header}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]retnet/")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^[^\"<]*[\"<](retnet/[^\">]*)[\">].*$" "\\1" included "${line}")
+      list(APPEND pending ${included})
+    endforeach()
+  endwhile()
+  set(${out} ${reached} PARENT_SCOPE)
+endfunction()
+
+# Installed: the entry headers and what they include, nothing else (no test helpers, and the
+# tokenizer.json reader only with RetNet::tokenizers).
+set(include_root "${WORK}/prefix/include")
+set(entries retnet/retnet.hpp retnet/kernels.hpp)
+if(tokenizers)
+  list(APPEND entries retnet/tokenizers.hpp)
+endif()
+included_headers("${include_root}" used ${entries})
+file(GLOB_RECURSE installed RELATIVE "${include_root}" "${include_root}/retnet/*")
+foreach(header IN LISTS installed)
+  if(NOT header IN_LIST used)
+    message(FATAL_ERROR "${header} is installed, but no entry header includes it")
+  endif()
+endforeach()
+list(LENGTH used count)
+message("installed headers: ${count}, each included by an entry header")
+# retnet/kernels.hpp is the kernels alone: no model, files or JSON behind it.
+included_headers("${include_root}" kernel_headers retnet/kernels.hpp)
+foreach(header IN LISTS kernel_headers)
+  if(NOT header MATCHES "^retnet/(kernels\\.hpp|core/(error|tensor|threads)\\.hpp|kernels/)")
+    message(FATAL_ERROR "retnet/kernels.hpp includes ${header}")
+  endif()
+endforeach()
+
+# The documentation's programs, one file each in ${WORK}/doc_programs.
+set(doc_dir "${WORK}/doc_programs")
+file(MAKE_DIRECTORY "${doc_dir}")
+file(GLOB docs RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/docs/*.md")
+set(doc_programs "")
+foreach(doc README.md ${docs})
+  file(READ "${SOURCE_DIR}/${doc}" text)
+  string(MAKE_C_IDENTIFIER "${doc}" doc_name)
+  set(block 0)
+  while(TRUE)
+    string(FIND "${text}" "```cpp\n" open)
+    if(open EQUAL -1)
+      break()
+    endif()
+    string(SUBSTRING "${text}" 0 ${open} before)
+    math(EXPR open "${open} + 7")
+    string(SUBSTRING "${text}" ${open} -1 text)
+    string(FIND "${text}" "\n```" close)
+    if(close EQUAL -1)
+      message(FATAL_ERROR "${doc}: a ```cpp block does not end")
+    endif()
+    math(EXPR close "${close} + 1")
+    string(SUBSTRING "${text}" 0 ${close} code)
+    string(SUBSTRING "${text}" ${close} -1 text)
+    math(EXPR block "${block} + 1")
+    string(FIND "${before}" "## Using the library" using_library REVERSE)
+    string(FIND "${before}" "\n## " last_section REVERSE)
+    math(EXPR last_heading "${last_section} + 1")
+    set(in_using_library OFF)
+    if(doc STREQUAL "README.md" AND NOT using_library EQUAL -1 AND
+       using_library EQUAL last_heading)
+      set(in_using_library ON)
+    endif()
+    if(code MATCHES "^// Fragment" AND NOT in_using_library)
+      continue()
+    endif()
+    if(NOT code MATCHES "int main\\(")
+      message(FATAL_ERROR "${doc}, ```cpp block ${block}: neither a program (no main) nor marked "
+                          "as a fragment (a first line \"// Fragment ...\")")
+    endif()
+    if(code MATCHES "#include <retnet/tokenizers.hpp>" AND NOT tokenizers)
+      message("${doc}, block ${block}: not built (it needs RetNet::tokenizers)")
+      continue()
+    endif()
+    file(WRITE "${doc_dir}/${doc_name}_${block}.cpp" "${code}")
+    list(APPEND doc_programs ${doc_name}_${block})
+    if(in_using_library)
+      set(readme_program ${doc_name}_${block})
+    endif()
+  endwhile()
+endforeach()
+if(NOT readme_program AND tokenizers)
+  message(FATAL_ERROR "README.md: no ```cpp program under \"## Using the library\"")
+endif()
+
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/consumer" -B "${WORK}/build"
     "-DCMAKE_PREFIX_PATH=${WORK}/prefix" -DCMAKE_BUILD_TYPE=Release
-    -DRETNET_CONSUMER_TOKENIZERS=${tokenizers})
+    -DRETNET_CONSUMER_TOKENIZERS=${tokenizers} "-DRETNET_CONSUMER_DOC_PROGRAMS=${doc_dir}")
 run(${CMAKE_COMMAND} --build "${WORK}/build")
 run("${WORK}/build/retnet_consumer")
 if(tokenizers)
   run("${WORK}/build/retnet_consumer_tokenizers" "${TEST_DATA}/tokenizers/gpt2")
 endif()
+foreach(program IN LISTS doc_programs)
+  message("running ${program} (from the documentation) in ${SOURCE_DIR}")
+  execute_process(COMMAND "${WORK}/build/${program}" WORKING_DIRECTORY "${SOURCE_DIR}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${program} failed (${rc}):\n${err}")
+  endif()
+endforeach()

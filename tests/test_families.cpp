@@ -10,8 +10,8 @@
 #include <random>
 
 #include "expect_error.hpp"
+#include "npy.hpp"
 #include "retention_reference.hpp"
-#include "retnet/io/npy.hpp"
 #include "retnet/retnet.hpp"
 #include "temp_dir.hpp"
 

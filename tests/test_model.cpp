@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "npy.hpp"
 #include "retention_reference.hpp"
-#include "retnet/io/npy.hpp"
 #include "retnet/retnet.hpp"
 #include "temp_dir.hpp"
 

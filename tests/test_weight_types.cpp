@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <retnet/io/npy.hpp>
 #include <retnet/retnet.hpp>
 
+#include "npy.hpp"
 #include "retention_reference.hpp"
 #include "temp_dir.hpp"
 

@@ -1,8 +1,8 @@
-// Uses the installed package: runs the parallel and recurrent forms of retention on the same
-// random input and checks that they agree.
+// Uses the installed package's kernels alone (retnet/kernels.hpp): runs the three forms of
+// retention on the same random input and checks that they agree.
 #include <cstdio>
 #include <random>
-#include <retnet/retnet.hpp>
+#include <retnet/kernels.hpp>
 
 int main() {
   using retnet::Tensor4;

@@ -104,6 +104,19 @@ void visit_shapes(const ModelConfig& config, int64_t layers, F&& f) {
 
 }  // namespace detail
 
+/// The number of parameters `config` describes: the values of every weight it asks for, however
+/// they are stored (a q8 or q4 map counts its weights, not its codes and scales).
+inline int64_t parameter_count(const ModelConfig& config) {
+  int64_t count = 0;
+  detail::visit_shapes<float>(config, config.layers,
+                              [&](const std::string&, const std::vector<int64_t>& shape, bool) {
+                                int64_t values = 1;
+                                for (int64_t extent : shape) values *= extent;
+                                count += values;
+                              });
+  return count;
+}
+
 /// The type the checkpoint stores its linear maps in: the config's q8/q4 for a converted
 /// folder, bf16 when every linear map is a BF16 tensor, f32 otherwise.
 template <typename Scalar>
