@@ -326,6 +326,3 @@ inline void declare_weights(FlagTable& f, std::optional<WeightType>& weights) {
 }
 
 }  // namespace retnet::tools
-
-// The server still reads its flags through the string-keyed table.
-#include "flags_by_name.hpp"

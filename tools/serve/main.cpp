@@ -51,72 +51,86 @@ struct ServeOptions {
 /// make every stream slower.
 constexpr int kMaxBatch = 256;
 
-/// The flags of `retnet serve` (tools/flags.hpp), read into ServeOptions; nullopt after --help,
-/// which it prints. A bad command line is a UsageError.
+/// The flags of `retnet serve` (tools/flags.hpp), each declared once with its default, range and
+/// help line.
+struct ServeFlags {
+  std::optional<std::string> model, api_key, sessions_dir, random_weights;
+  std::string host;
+  int port = 0, max_batch = 0, http_threads = 0;
+  int64_t sessions_memory = 0, prefill_chunk = 0, max_tokens = 0, max_body = 0, max_queue = 0;
+  std::optional<int> threads;
+  std::optional<retnet::WeightType> weights;
+
+  void declare(retnet::tools::FlagTable& f) {
+    using retnet::tools::Range;
+    f.optional(model, "-m", "DIR", "model folder (config.json + weights [+ tokenizer])");
+    f.value(host, "--host", "HOST", "127.0.0.1", "address to listen on");
+    f.value(port, "--port", "PORT", 8080, Range<int>{0, 65535},
+            "port (0: any free port, printed at start)");
+    f.optional(api_key, "--api-key", "KEY",
+               "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no "
+               "key)");
+    f.value(max_batch, "--max-batch", "N", 8, Range<int>{1, kMaxBatch},
+            "requests decoded together in one step (at most 256)");
+    f.optional(sessions_dir, "--sessions-dir", "DIR",
+               "keep sessions here too (they survive a restart)");
+    f.value(sessions_memory, "--sessions-memory", "MB", 512, Range<int64_t>{0, 1 << 24},
+            "memory for session states (least recently used out)");
+    retnet::tools::declare_threads(f, threads);
+    retnet::tools::declare_weights(f, weights);
+    f.value(prefill_chunk, "--prefill-chunk", "N", 64, Range<int64_t>{1, 1 << 16},
+            "prompt tokens read between two decoding steps");
+    f.value(max_tokens, "--max-tokens", "N", 4096, Range<int64_t>{1, 1 << 24},
+            "the largest max_tokens a request may ask for");
+    f.value(max_body, "--max-body", "BYTES", 1048576, Range<int64_t>{1024, 1 << 30},
+            "larger request bodies are refused (413)");
+    f.value(max_queue, "--max-queue", "N", 256, Range<int64_t>{1, 1 << 20},
+            "requests waiting beyond this are refused (503)");
+    f.value(http_threads, "--http-threads", "N", 64, Range<int>{2, 4096},
+            "connections served at once (a stream holds one)");
+    f.optional(random_weights, "--random-weights", "CONFIG",
+               "(development) a config.json with random weights instead of -m, as `retnet bench "
+               "--config`");
+  }
+};
+
+/// The command line read into ServeOptions; nullopt after --help, which it prints. A bad command
+/// line is a UsageError.
 std::optional<ServeOptions> read_options(int argc, char** argv) {
-  using retnet::tools::integer;
-  using retnet::tools::text;
-  static const std::vector<retnet::tools::Flag> flags = {
-      text("-m", "DIR", nullptr, "model folder (config.json + weights [+ tokenizer])"),
-      text("--host", "HOST", "127.0.0.1", "address to listen on"),
-      integer("--port", "PORT", "8080", 0, 65535, "port (0: any free port, printed at start)"),
-      text("--api-key", "KEY", nullptr,
-           "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no key)"),
-      integer("--max-batch", "N", "8", 1, kMaxBatch,
-              "requests decoded together in one step (at most 256)"),
-      text("--sessions-dir", "DIR", nullptr, "keep sessions here too (they survive a restart)"),
-      integer("--sessions-memory", "MB", "512", 0, 1 << 24,
-              "memory for session states (least recently used out)"),
-      retnet::tools::threads_flag(),
-      retnet::tools::weights_flag(),
-      integer("--prefill-chunk", "N", "64", 1, 1 << 16,
-              "prompt tokens read between two decoding steps"),
-      integer("--max-tokens", "N", "4096", 1, 1 << 24,
-              "the largest max_tokens a request may ask for"),
-      integer("--max-body", "BYTES", "1048576", 1024, 1 << 30,
-              "larger request bodies are refused (413)"),
-      integer("--max-queue", "N", "256", 1, 1 << 20,
-              "requests waiting beyond this are refused (503)"),
-      integer("--http-threads", "N", "64", 2, 4096,
-              "connections served at once (a stream holds one)"),
-      text("--random-weights", "CONFIG", nullptr,
-           "(development) a config.json with random weights instead of -m, as `retnet bench "
-           "--config`"),
-  };
-  const retnet::tools::Args args("serve", flags, argc, argv);
-  if (args.help()) {
-    std::fputs(retnet::tools::help_text(
-                   "retnet serve -m DIR [options]",
+  const auto line = retnet::tools::parse_command_line<ServeFlags>("serve", argc, argv);
+  if (line.help) {
+    std::fputs(retnet::tools::flags_help<ServeFlags>(
+                   "serve", "retnet serve -m DIR [options]",
                    "An OpenAI-compatible HTTP server (docs/SERVER.md): /v1/completions with "
                    "continuous\nbatching, sessions that continue from a fixed-size state, a page "
-                   "at /.",
-                   flags)
+                   "at /.")
                    .c_str(),
                stdout);
     return std::nullopt;
   }
-  if (args.has("-m") == args.has("--random-weights"))
+  const ServeFlags& flags = line.flags;
+  if (flags.model.has_value() == flags.random_weights.has_value())
     throw UsageError("serve: give -m DIR (or, for development, --random-weights CONFIG.json)");
   ServeOptions o;
-  if (args.has("-m")) o.model_dir = args.str("-m");
-  if (args.has("--random-weights")) o.random_weights = args.str("--random-weights");
-  o.load = retnet::tools::load_options(args);
-  if (args.has("--threads")) o.threads = int(args.integer("--threads"));
-  o.host = args.str("--host");
-  o.port = int(args.integer("--port"));
-  if (args.has("--api-key"))
-    o.api_key = args.str("--api-key");
+  o.model_dir = flags.model.value_or("");
+  o.random_weights = flags.random_weights.value_or("");
+  o.load = retnet::LoadOptions{flags.weights};
+  o.threads = flags.threads.value_or(0);
+  o.host = flags.host;
+  o.port = flags.port;
+  if (flags.api_key)
+    o.api_key = *flags.api_key;
   else if (const char* key = std::getenv("RETNET_API_KEY"))
     o.api_key = key;
-  if (args.has("--sessions-dir")) o.sessions_dir = args.str("--sessions-dir");
-  o.sessions_memory_bytes = size_t(args.integer("--sessions-memory")) << 20;
-  o.max_tokens = args.integer("--max-tokens");
-  o.engine.max_batch = args.integer("--max-batch");
-  o.engine.prefill_chunk = args.integer("--prefill-chunk");
+  o.sessions_dir = flags.sessions_dir.value_or("");
+  o.sessions_memory_bytes = size_t(flags.sessions_memory) << 20;
+  o.max_tokens = flags.max_tokens;
+  o.engine.max_batch = flags.max_batch;
+  o.engine.prefill_chunk = flags.prefill_chunk;
   o.engine.threads = o.threads;
-  o.engine.max_queue = size_t(args.integer("--max-queue"));
-  o.http.threads = size_t(args.integer("--http-threads"));
-  o.http.max_body = size_t(args.integer("--max-body"));
+  o.engine.max_queue = size_t(flags.max_queue);
+  o.http.threads = size_t(flags.http_threads);
+  o.http.max_body = size_t(flags.max_body);
   return o;
 }
 
