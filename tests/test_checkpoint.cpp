@@ -19,6 +19,7 @@
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/config_json.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/io/safetensors_writer.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;

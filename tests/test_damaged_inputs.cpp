@@ -23,6 +23,7 @@
 #include "retnet/core/file.hpp"
 #include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/io/safetensors_writer.hpp"
 #include "retnet/io/state_file.hpp"
 #include "temp_dir.hpp"
 

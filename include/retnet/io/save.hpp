@@ -11,6 +11,7 @@
 
 #include "retnet/io/load.hpp"
 #include "retnet/io/safetensors.hpp"
+#include "retnet/io/safetensors_writer.hpp"
 #include "retnet/model/family.hpp"
 #include "retnet/model/weights.hpp"
 
