@@ -155,7 +155,7 @@ inline std::string help_text(const std::string& usage, const std::string& summar
   return out;
 }
 
-/// --weights: the type of the linear maps (ops/weight_types.hpp), on every command that loads a
+/// --weights: the type of the linear maps (ops/weight_type.hpp), on every command that loads a
 /// model.
 inline Flag weights_flag() {
   return text("--weights", "T", nullptr,

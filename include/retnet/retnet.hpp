@@ -23,7 +23,7 @@
 #include "retnet/ops/linear.hpp"
 #include "retnet/ops/norm.hpp"
 #include "retnet/ops/rotation.hpp"
-#include "retnet/ops/weight_types.hpp"
+#include "retnet/ops/weight_type.hpp"
 #include "retnet/text/generate.hpp"
 #include "retnet/text/sampler.hpp"
 #include "retnet/text/text_stream.hpp"

@@ -21,7 +21,7 @@
 #include "retnet/core/json.hpp"
 #include "retnet/ops/activation.hpp"
 #include "retnet/ops/norm.hpp"
-#include "retnet/ops/weight_types.hpp"
+#include "retnet/ops/weight_type.hpp"
 
 namespace retnet {
 
