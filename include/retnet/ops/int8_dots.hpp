@@ -118,4 +118,5 @@ inline const char* int8_dot_instructions() {
   return "none";
 #endif
 }
+
 }  // namespace retnet
