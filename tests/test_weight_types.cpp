@@ -1,6 +1,6 @@
-// ops/weight_types.hpp and the typed LinearWeight: bf16, q8 and q4 weights against a reference
-// written here from the formats' definitions (docs/FORMATS.md, "Quantised weights"), and the
-// products over them against plain loops.
+// ops/weight_type.hpp, ops/quantize.hpp and the typed LinearWeight: bf16, q8 and q4 weights against
+// a reference written here from the formats' definitions (docs/FORMATS.md, "Quantised weights"),
+// and the products over them against plain loops.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -318,7 +318,7 @@ inline void declare_threads(FlagTable& f, std::optional<int>& threads) {
              "threads (default: all cores; at most 4 x the hardware threads)");
 }
 
-/// --weights: the type of the linear maps (ops/weight_types.hpp), on every command that loads a
+/// --weights: the type of the linear maps (ops/weight_type.hpp), on every command that loads a
 /// model; unset keeps the checkpoint's own.
 inline void declare_weights(FlagTable& f, std::optional<WeightType>& weights) {
   f.optional(weights, "--weights", "T",

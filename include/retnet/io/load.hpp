@@ -65,7 +65,7 @@ inline ModelConfig resolve_family(ModelConfig config, CheckpointReader& reader) 
 
 /// How load_model reads a folder.
 struct LoadOptions {
-  /// The type of every linear map and of the embedding (ops/weight_types.hpp). Unset keeps the
+  /// The type of every linear map and of the embedding (ops/weight_type.hpp). Unset keeps the
   /// checkpoint's own where the model's scalar supports it: a converted folder's q8 or q4, bf16
   /// when every linear map is stored as BF16, f32 otherwise (and always f32 for a double model).
   std::optional<WeightType> weights;

@@ -35,7 +35,7 @@
 namespace retnet {
 
 /// Element types the library can read (and write). The floating types hold weights; the
-/// bytes I8 and U8 hold the codes of quantised weights (ops/weight_types.hpp), read raw. Other
+/// bytes I8 and U8 hold the codes of quantised weights (ops/quantize.hpp), read raw. Other
 /// safetensors dtypes (wider integers, FP8, ...) are rejected with a FormatError.
 enum class DType { F32, F16, BF16, F64, I8, U8 };
 

@@ -21,18 +21,15 @@ void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                          Index chunk_size, RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
   RETNET_REQUIRE(chunk_size >= 1, "chunkwise_retention: chunk_size must be >= 1, found " +
                                       std::to_string(chunk_size));
-  // Plain locals, not a structured binding: C++17 lambdas (the parallel_for body) cannot
-  // capture those.
-  const std::array<Index, 5> dims = detail::check_retention_args(q, k, v, decays);
-  const Index batch = dims[0], heads = dims[1], time = dims[2], dk = dims[3], dv = dims[4];
+  const detail::RetentionDims dims = detail::check_retention_args(q, k, v, decays);
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;
-  detail::prepare_state(s, batch, heads, dk, dv);
-  detail::resize_if_needed(out, batch, heads, time, dv);
-  const Index block = std::min(chunk_size, std::max<Index>(time, 1));
+  detail::prepare_state(s, dims.batch, dims.heads, dims.dk, dims.dv);
+  detail::resize_if_needed(out, dims.batch, dims.heads, dims.time, dims.dv);
+  const Index block = std::min(chunk_size, std::max<Index>(dims.time, 1));
 
-  parallel_for(batch * heads, [&](Index bh) {
-    const Index b = bh / heads, h = bh % heads;
+  parallel_for(dims.batch * dims.heads, [&](Index bh) {
+    const Index b = bh / dims.heads, h = bh % dims.heads;
     const auto qh = detail::head_block(q, b, h);
     const auto kh = detail::head_block(k, b, h);
     const auto vh = detail::head_block(v, b, h);
@@ -40,10 +37,10 @@ void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
     auto sh = detail::head_block(s, b, h);
     Vector<Scalar> powers;
     detail::decay_powers(decays[h], block, powers);
-    Matrix<Scalar> scores(block, block), weighted_v(block, dv);
+    Matrix<Scalar> scores(block, block), weighted_v(block, dims.dv);
 
-    for (Index start = 0; start < time; start += block) {
-      const Index len = std::min(block, time - start);
+    for (Index start = 0; start < dims.time; start += block) {
+      const Index len = std::min(block, dims.time - start);
       const auto qc = qh.middleRows(start, len);
       const auto kc = kh.middleRows(start, len);
       const auto vc = vh.middleRows(start, len);
@@ -56,7 +53,7 @@ void chunkwise_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
       // From earlier chunks: gamma^(j+1) q_n S.
       oc.noalias() += powers.segment(1, len).asDiagonal() * (qc * sh);
       // Carry the state: S' = gamma^len S + Kcᵀ diag(gamma^(len-1-j)) Vc.
-      weighted_v.resize(len, dv);
+      weighted_v.resize(len, dims.dv);
       weighted_v.noalias() = powers.head(len).reverse().asDiagonal() * vc;
       sh *= powers[len];
       sh.noalias() += kc.transpose() * weighted_v;

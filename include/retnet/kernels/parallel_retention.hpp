@@ -13,28 +13,25 @@ template <typename Scalar>
 void parallel_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                         const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
                         RetentionState<Scalar>* final_state, Tensor4<Scalar>& out) {
-  // Plain locals, not a structured binding: C++17 lambdas (the parallel_for body) cannot
-  // capture those.
-  const std::array<Index, 5> dims = detail::check_retention_args(q, k, v, decays);
-  const Index batch = dims[0], heads = dims[1], time = dims[2], dk = dims[3], dv = dims[4];
-  detail::resize_if_needed(out, batch, heads, time, dv);
-  if (final_state) final_state->resize(batch, heads, dk, dv);
+  const detail::RetentionDims dims = detail::check_retention_args(q, k, v, decays);
+  detail::resize_if_needed(out, dims.batch, dims.heads, dims.time, dims.dv);
+  if (final_state) final_state->resize(dims.batch, dims.heads, dims.dk, dims.dv);
 
-  parallel_for(batch * heads, [&](Index bh) {
-    const Index b = bh / heads, h = bh % heads;
+  parallel_for(dims.batch * dims.heads, [&](Index bh) {
+    const Index b = bh / dims.heads, h = bh % dims.heads;
     const auto qh = detail::head_block(q, b, h);
     const auto kh = detail::head_block(k, b, h);
     const auto vh = detail::head_block(v, b, h);
     Vector<Scalar> powers;
-    detail::decay_powers(decays[h], time, powers);
+    detail::decay_powers(decays[h], dims.time, powers);
 
     Matrix<Scalar> scores = qh * kh.transpose();
     detail::apply_causal_decay(scores, powers);
     detail::head_block(out, b, h).noalias() = scores * vh;
 
-    if (final_state && time > 0) {
+    if (final_state && dims.time > 0) {
       // gamma^(T-1-m) weights each k_m v_m, so the state is Kᵀ (w ⊙ V).
-      const Vector<Scalar> w = powers.head(time).reverse();
+      const Vector<Scalar> w = powers.head(dims.time).reverse();
       detail::head_block(*final_state, b, h).noalias() = kh.transpose() * (w.asDiagonal() * vh);
     } else if (final_state) {
       detail::head_block(*final_state, b, h).setZero();

@@ -56,22 +56,20 @@ template <typename Scalar>
 void recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
                          const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
                          RetentionState<Scalar>* state, Tensor4<Scalar>& out) {
-  // Plain locals, not a structured binding: C++17 lambdas (the parallel_for body) cannot
-  // capture those.
-  const std::array<Index, 5> dims = detail::check_retention_args(q, k, v, decays);
-  const Index batch = dims[0], heads = dims[1], time = dims[2], dk = dims[3], dv = dims[4];
+  const detail::RetentionDims dims = detail::check_retention_args(q, k, v, decays);
   RetentionState<Scalar> local;
   RetentionState<Scalar>& s = state ? *state : local;
-  detail::prepare_state(s, batch, heads, dk, dv);
-  detail::resize_if_needed(out, batch, heads, time, dv);
+  detail::prepare_state(s, dims.batch, dims.heads, dims.dk, dims.dv);
+  detail::resize_if_needed(out, dims.batch, dims.heads, dims.time, dims.dv);
 
-  parallel_for(batch * heads, [&](Index bh) {
-    const Index h = bh % heads;
-    Scalar* sh = s.data() + bh * dk * dv;
-    for (Index n = 0; n < time; ++n) {
-      detail::recurrent_step_head(q.data() + (bh * time + n) * dk, k.data() + (bh * time + n) * dk,
-                                  v.data() + (bh * time + n) * dv, decays[h], dk, dv, sh,
-                                  out.data() + (bh * time + n) * dv);
+  parallel_for(dims.batch * dims.heads, [&](Index bh) {
+    const Index h = bh % dims.heads;
+    Scalar* sh = s.data() + bh * dims.dk * dims.dv;
+    for (Index n = 0; n < dims.time; ++n) {
+      const Index at = bh * dims.time + n;  // position n of this batch entry and head
+      detail::recurrent_step_head(q.data() + at * dims.dk, k.data() + at * dims.dk,
+                                  v.data() + at * dims.dv, decays[h], dims.dk, dims.dv, sh,
+                                  out.data() + at * dims.dv);
     }
   });
 }

@@ -58,11 +58,15 @@ void check_decays(const std::vector<Scalar>& decays, Index heads, const std::str
   }
 }
 
-/// Checks q, k, v and decays; returns {batch, heads, time, dk, dv}.
+/// The sizes of one retention call: q, k [batch, heads, time, dk], v [batch, heads, time, dv].
+struct RetentionDims {
+  Index batch = 0, heads = 0, time = 0, dk = 0, dv = 0;
+};
+
+/// Checks q, k, v and decays; returns their sizes.
 template <typename Scalar>
-std::array<Index, 5> check_retention_args(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
-                                          const Tensor4<Scalar>& v,
-                                          const std::vector<Scalar>& decays) {
+RetentionDims check_retention_args(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+                                   const Tensor4<Scalar>& v, const std::vector<Scalar>& decays) {
   const auto& qd = q.dimensions();
   const auto& kd = k.dimensions();
   const auto& vd = v.dimensions();
@@ -73,7 +77,13 @@ std::array<Index, 5> check_retention_args(const Tensor4<Scalar>& q, const Tensor
                      ", expected [batch, heads, time] = [" + std::to_string(qd[0]) + ", " +
                      std::to_string(qd[1]) + ", " + std::to_string(qd[2]) + "] like q");
   check_decays(decays, qd[1], "retention");
-  return {qd[0], qd[1], qd[2], qd[3], vd[3]};
+  RetentionDims dims;
+  dims.batch = qd[0];
+  dims.heads = qd[1];
+  dims.time = qd[2];
+  dims.dk = qd[3];
+  dims.dv = vd[3];
+  return dims;
 }
 
 /// Checks (or, when empty, zero-initialises) a state of shape [batch, heads, dk, dv].

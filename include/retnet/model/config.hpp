@@ -13,7 +13,7 @@
 #include "retnet/model/family.hpp"
 #include "retnet/ops/activation.hpp"
 #include "retnet/ops/norm.hpp"
-#include "retnet/ops/weight_types.hpp"
+#include "retnet/ops/weight_type.hpp"
 
 namespace retnet {
 

@@ -1,0 +1,128 @@
+// How a product y = x Wᵀ is cut into work: into depth slices and blocks of rows, so that what a
+// kernel reads again stays in cache, and into shares of W's panels, one per thread.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
+
+#include "retnet/core/tensor.hpp"
+#include "retnet/core/threads.hpp"
+#include "retnet/ops/bf16_decode.hpp"
+#include "retnet/ops/int8_dots.hpp"
+#include "retnet/ops/int8_product.hpp"
+#include "retnet/ops/linear_weight.hpp"
+#include "retnet/ops/panel_kernel.hpp"
+#include "retnet/ops/quantize.hpp"
+#include "retnet/ops/weight_type.hpp"
+
+namespace retnet {
+namespace detail {
+
+/// Columns [kWidth·first_panel, kWidth·end_panel) of y = x Wᵀ on the calling thread; `rounded`
+/// is x rounded for a q8/q4 W (Int8Rows), else unused.
+///
+/// Sums run kDepth values of q at a time, each depth slice's sum added to y: the panel's
+/// [kDepth][48] slice (24 KiB for float) stays in L1 while a block of kRowBlock rows of x passes
+/// it. Few rows (decoding) take each panel's slices in turn, so W is read front to back once;
+/// many rows (prompts) take, per block of rows, each panel's slices in turn too, so that the
+/// block's [kRowBlock][48] outputs (48 KiB) stay in cache while they accumulate (a 256 x 32000
+/// block of logits would not) and x's block (at most a few hundred KiB) stays in L2. Either way
+/// a row's sum is the same chain, so y's rows do not depend on how many rows x has.
+template <typename Scalar>
+void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const LinearWeight<Scalar>& w,
+                   Scalar* y, Index ys, Index first_panel, Index end_panel, bool integer_dots) {
+  using Kernel = PanelKernel<Scalar>;
+  constexpr Index kWidth = Kernel::kWidth, kDepth = 128, kRowBlock = 256;
+  const Index m = x.rows(), k = x.cols(), n = w.rows();
+  alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of a bf16 panel
+  const bool few_rows = m <= 2 * Kernel::kRows;
+  const auto slice = [&](Index p, Index q0, Index i0, Index rows) {
+    const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0), cols = std::min(kWidth, n - c0);
+    Scalar* yp = y + i0 * ys + c0;
+    if constexpr (std::is_same_v<Scalar, float>) {
+      if (is_block_quantised(w.type()))
+        return Int8Product::run(rounded, i0, i0 + rows, w.type(), w.packed_panel(p),
+                                q0 / kQuantBlock, quant_blocks(q0 + depth), yp, ys, cols,
+                                integer_dots);
+    }
+    const auto multiply = [&](const auto& panel_rows) {
+      for_row_blocks<Kernel::kRows>(0, rows, [&](auto mr, Index i) {
+        Kernel::template block<decltype(mr)::value>(x.data() + (i0 + i) * k + q0, k, panel_rows,
+                                                    depth, yp + i * ys, ys, cols, q0 > 0);
+      });
+    };
+    // One row of x reads a bf16 panel decoding each row in registers, in one pass with the loads
+    // from memory; more rows decode a tile once for all their blocks (with the decoding in the
+    // loop, GCC 12 keeps a block's accumulators on the stack). Both decode the same values, so
+    // the results agree bit for bit.
+    if constexpr (std::is_same_v<Scalar, float>) {
+      if (m == 1 && w.type() == WeightType::kBF16)
+        return multiply(detail::Bf16Rows{w.packed_panel(p), q0});
+    }
+    const Scalar* tile = w.tile(p, q0, depth, scratch);
+    if (few_rows && w.type() == WeightType::kF32)
+      return multiply(typename Kernel::template ScalarRows<true>{tile});
+    multiply(typename Kernel::template ScalarRows<false>{tile});
+  };
+  if (few_rows) {
+    for (Index p = first_panel; p < end_panel; ++p)
+      for (Index q0 = 0; q0 < k; q0 += kDepth) slice(p, q0, 0, m);
+  } else {
+    for (Index i0 = 0; i0 < m; i0 += kRowBlock)
+      for (Index p = first_panel; p < end_panel; ++p)
+        for (Index q0 = 0; q0 < k; q0 += kDepth) slice(p, q0, i0, std::min(kRowBlock, m - i0));
+  }
+  if (k == 0)  // no products to accumulate: y is zero
+    for (Index i = 0; i < m; ++i)
+      std::fill(y + i * ys + first_panel * kWidth, y + i * ys + std::min(n, end_panel * kWidth),
+                Scalar(0));
+}
+
+/// Thread t's share of a weight's panels: [edge(t), edge(t + 1)). Below 256 rows of W thread 0
+/// takes everything, since a share would be smaller than the cost of splitting.
+template <typename Scalar>
+Index panel_edge(const LinearWeight<Scalar>& w, Index threads, Index t) {
+  if (w.rows() < 256) return t == 0 ? 0 : w.panels();
+  return w.panels() * t / threads;
+}
+
+/// y_i = x W_iᵀ for i < count (weight_of(i) is W_i, output_of(i) is y_i, already shaped): each
+/// thread computes its share of the panels of every product in turn, in one parallel region, so
+/// W is read once in all and the threads meet once whatever the count: at decode sizes a region
+/// per product leaves one thread waiting at the end of each.
+template <typename Scalar, typename WeightOf, typename OutputOf>
+void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of, OutputOf output_of,
+                     bool integer_dots = kHasInt8Dots) {
+  // A q8/q4 product's x rounded once for all its threads, in storage the calling thread keeps
+  // (so that decoding allocates nothing once it has seen its largest x).
+  thread_local Int8Rows storage;
+  Int8Rows& rounded = storage;  // the lambda below must see this thread's, not a worker's
+  if constexpr (std::is_same_v<Scalar, float>) {
+    bool quantised = false;
+    for (size_t i = 0; i < count; ++i) quantised |= is_block_quantised(weight_of(i).type());
+    if (quantised) rounded.assign(x.data(), x.rows(), x.cols(), !integer_dots);
+  }
+  const auto run = [&](Index t, Index threads) {
+    for (size_t i = 0; i < count; ++i) {
+      const LinearWeight<Scalar>& w = weight_of(i);
+      auto&& y = output_of(i);
+      const Index begin = panel_edge(w, threads, t), end = panel_edge(w, threads, t + 1);
+      if (end > begin)
+        panel_product<Scalar>(x, rounded, w, y.data(), y.outerStride(), begin, end, integer_dots);
+    }
+  };
+#ifdef _OPENMP
+  const Index threads = num_threads();
+  bool worth_splitting = false;
+  for (size_t i = 0; i < count; ++i) worth_splitting |= weight_of(i).rows() >= 256;
+  if (threads > 1 && worth_splitting && !omp_in_parallel()) {
+    parallel_for(threads, [&](Index t) { run(t, threads); });
+    return;
+  }
+#endif
+  run(0, 1);
+}
+
+}  // namespace detail
+}  // namespace retnet
