@@ -276,23 +276,21 @@ class BpeModel {
     size_t kept = 0;
     for (size_t k = 0; k < count; ++k) {
       PendingMerge& m = batch[k];
-      const std::string at = "merges[" + std::to_string(m.index) + "]";
-      const std::string pair = std::string(m.a) + " " + std::string(m.b);
       const int64_t* a_id = m.mapped ? vocab.find(m.a_key, m.a_hash) : nullptr;
       const int64_t* b_id = m.mapped ? vocab.find(m.b_key, m.b_hash) : nullptr;
       if (!a_id || !b_id) {
         const bool a_known = a_id || token_id(std::string(m.a));
         const bool b_known = b_id || token_id(std::string(m.b));
         if (!a_known || !b_known)
-          model.fail(at, "= " + excerpt(pair) + " names " + excerpt(a_known ? m.b : m.a) +
-                             ", which is not in model.vocab");
+          fail_merge(model, m,
+                     "names " + excerpt(a_known ? m.b : m.a) + ", which is not in model.vocab");
         continue;
       }
       const int64_t* merged = vocab.find(m.joined, m.joined_hash);
       if (!merged)
-        model.fail(at, "= " + excerpt(pair) + " makes " +
-                           excerpt(byte_level ? std::string(m.a) + std::string(m.b) : m.joined) +
-                           ", which is not in model.vocab");
+        fail_merge(model, m,
+                   "makes " + excerpt(byte_level ? std::string(m.a) + std::string(m.b) : m.joined) +
+                       ", which is not in model.vocab");
       m.a_id = *a_id;
       m.b_id = *b_id;
       m.merged_id = *merged;
@@ -301,6 +299,12 @@ class BpeModel {
       ++kept;
     }
     return kept;
+  }
+
+  [[noreturn]] static void fail_merge(const JsonObject& model, const PendingMerge& m,
+                                      const std::string& problem) {
+    model.fail("merges[" + std::to_string(m.index) + "]",
+               "= " + excerpt(std::string(m.a) + " " + std::string(m.b)) + " " + problem);
   }
 
   void add_merge(const PendingMerge& m) {

@@ -28,9 +28,19 @@ class WordEncoder {
   /// Appends the ids of `word` to `out`.
   void encode(std::string_view word, std::vector<int32_t>& out) {
     const bool cacheable = word.size() <= kMaxCachedBytes;
-    if (cacheable && append_cached(word_cache_, word, out)) return;
+    if (cacheable)  // the common case, kept small enough to be inlined into the caller
+      if (const int64_t* v = word_cache_.find(word)) {
+        append_ids(*v, out);
+        return;
+      }
+    encode_uncached(word, cacheable, out);
+  }
+
+ private:
+  void encode_uncached(std::string_view word, bool cacheable, std::vector<int32_t>& out) {
+    const BpeModel& model = model_;  // a local, held in a register in the loops
     const size_t first = out.size();
-    const int64_t* whole = model_.ignore_merges ? model_.vocab.find(word) : nullptr;
+    const int64_t* whole = model.ignore_merges ? model.vocab.find(word) : nullptr;
     if (whole)
       out.push_back(int32_t(*whole));
     else
@@ -38,7 +48,6 @@ class WordEncoder {
     if (cacheable) store_cached(word_cache_, word, out, first);
   }
 
- private:
   struct Symbol {
     int32_t id;
     int32_t prev, next;
@@ -55,12 +64,15 @@ class WordEncoder {
   static constexpr size_t kMaxCachedIds = size_t(1) << 24;  // bound on one call's cache
 
   // A cache maps a word to (offset << 24 | count) of its ids in cached_.
+  void append_ids(int64_t cached, std::vector<int32_t>& out) const {
+    const auto begin = cached_.begin() + (cached >> 24);
+    out.insert(out.end(), begin, begin + (cached & 0xFFFFFF));
+  }
   bool append_cached(const StringTable& cache, std::string_view key,
                      std::vector<int32_t>& out) const {
     const int64_t* v = cache.find(key);
     if (!v) return false;
-    const auto begin = cached_.begin() + (*v >> 24);
-    out.insert(out.end(), begin, begin + (*v & 0xFFFFFF));
+    append_ids(*v, out);
     return true;
   }
   void store_cached(StringTable& cache, std::string_view key, const std::vector<int32_t>& out,
@@ -74,33 +86,34 @@ class WordEncoder {
   /// The unit of `word` at `i` (a byte for byte-level BPE, else a character or a stray byte):
   /// its length, and in `id` its token (-1: none).
   size_t unit_at(std::string_view word, size_t i, bool affixes, int32_t& id) {
+    const BpeModel& model = model_;  // a local, held in a register in the loops
     const auto* bytes = reinterpret_cast<const unsigned char*>(word.data());
     if (affixes) {
-      const size_t len = model_.byte_level ? 1 : unit_length(word, i);
+      const size_t len = model.byte_level ? 1 : unit_length(word, i);
       std::string& s = scratch_;
       s.clear();
-      if (i > 0) s += model_.prefix;
+      if (i > 0) s += model.prefix;
       s.append(word, i, len);
-      if (i + len == word.size()) s += model_.suffix;
-      const int64_t* v = model_.vocab.find(s);
+      if (i + len == word.size()) s += model.suffix;
+      const int64_t* v = model.vocab.find(s);
       id = v ? int32_t(*v) : -1;
       return len;
     }
-    if (model_.byte_level) {
-      id = model_.byte_ids[bytes[i]];
+    if (model.byte_level) {
+      id = model.byte_ids[bytes[i]];
       return 1;
     }
     if (bytes[i] < 0x80) {
-      id = model_.char_ids[bytes[i]];
+      id = model.char_ids[bytes[i]];
       return 1;
     }
     const size_t n = utf8_length(bytes + i, word.size() - i);
     const uint32_t cp = n ? code_point(bytes + i, n) : 0xFFFFFFFFu;
     id = -1;
-    if (cp < model_.char_ids.size()) {
-      id = model_.char_ids[cp];
+    if (cp < model.char_ids.size()) {
+      id = model.char_ids[cp];
     } else if (n) {
-      const int64_t* v = model_.vocab.find(word.substr(i, n));
+      const int64_t* v = model.vocab.find(word.substr(i, n));
       id = v ? int32_t(*v) : -1;
     }
     return n ? n : 1;
@@ -110,12 +123,13 @@ class WordEncoder {
   /// cut where no merge can ever cross (see BpeModel::left_partners) and the parts merged (and
   /// cached) one by one: the result is the same.
   void merge_word(std::string_view word, std::vector<int32_t>& out) {
+    const BpeModel& model = model_;  // a local, held in a register in the loops
     std::vector<Symbol>& sym = symbols_;
     sym.clear();
     // Long words go out part by part: the symbols so far are merged (or found in the cache)
     // as soon as the next one may be cut from them.
-    const bool cut = word.size() > kMaxCachedBytes && model_.segmentable;
-    StringTable& cache = model_.ignore_merges ? segment_cache_ : word_cache_;
+    const bool cut = word.size() > kMaxCachedBytes && model.segmentable;
+    StringTable& cache = model.ignore_merges ? segment_cache_ : word_cache_;
     size_t part_begin = 0;  // bytes of the part in sym
     size_t part_end = 0;
     const auto flush_part = [&] {
@@ -141,26 +155,26 @@ class WordEncoder {
       if (unk) add(unk->first, unk->second.first, unk->second.second, false);
       unk.reset();
     };
-    const bool affixes = !model_.prefix.empty() || !model_.suffix.empty();
+    const bool affixes = !model.prefix.empty() || !model.suffix.empty();
     for (size_t i = 0; i < word.size();) {
       int32_t id = -1;
       const size_t len = unit_at(word, i, affixes, id);
       if (id >= 0) {
         flush_unk();
         add(id, i, len, !affixes);
-      } else if (model_.byte_fallback &&
+      } else if (model.byte_fallback &&
                  std::all_of(word.begin() + i, word.begin() + i + len, [&](char c) {
-                   return model_.byte_fallback_ids[static_cast<unsigned char>(c)] >= 0;
+                   return model.byte_fallback_ids[static_cast<unsigned char>(c)] >= 0;
                  })) {
         // (A pending unk goes after these bytes, as in Hugging Face's merge_word.)
         for (size_t k = 0; k < len; ++k)
-          add(model_.byte_fallback_ids[static_cast<unsigned char>(word[i + k])], i + k, 1, false);
-      } else if (model_.unk_id) {
-        if (unk && model_.fuse_unk) {
+          add(model.byte_fallback_ids[static_cast<unsigned char>(word[i + k])], i + k, 1, false);
+      } else if (model.unk_id) {
+        if (unk && model.fuse_unk) {
           unk->second.second += len;
         } else {
           flush_unk();
-          unk = {*model_.unk_id, {i, len}};
+          unk = {*model.unk_id, {i, len}};
         }
       }  // else: the character is dropped, as Hugging Face does without an unk token
       i += len;
@@ -176,11 +190,12 @@ class WordEncoder {
   /// Whether no merge can ever join a symbol ending with `l` to one starting with `r`: then
   /// the word can be cut between them and the parts merged on their own.
   bool can_cut(const Symbol& l, const Symbol& r) const {
+    const BpeModel& model = model_;                // a local, held in a register in the loops
     if (l.start + l.len != r.start) return false;  // (pending unk after byte fallback)
     // A symbol that no merge names stays on its own (a newline's byte token, say).
-    if (!model_.in_merge[size_t(l.id)] || !model_.in_merge[size_t(r.id)]) return true;
-    if (!l.plain || !r.plain || !model_.partners_known) return false;
-    const int32_t* partners = &model_.left_partners[size_t(r.id) * 4];
+    if (!model.in_merge[size_t(l.id)] || !model.in_merge[size_t(r.id)]) return true;
+    if (!l.plain || !r.plain || !model.partners_known) return false;
+    const int32_t* partners = &model.left_partners[size_t(r.id) * 4];
     if (partners[0] < 0) return false;
     for (int32_t k = 0; k < partners[0]; ++k)
       if (partners[1 + k] == l.id) return false;
@@ -190,6 +205,7 @@ class WordEncoder {
   /// Hugging Face's Word::merge_all on symbols [first, last): the lowest-ranked merge first,
   /// the leftmost of equal ranks, through a priority queue over a linked list (O(n log n)).
   void merge_symbols(size_t first, size_t last, std::vector<int32_t>& out) {
+    const BpeModel& model = model_;  // a local, held in a register in the loops
     std::vector<Symbol>& sym = symbols_;
     const size_t n = last - first;
     if (n == 1) {
@@ -212,7 +228,7 @@ class WordEncoder {
     const auto push = [&](size_t pos) {
       const int32_t next = sym[pos].next;
       if (next < 0) return;
-      if (const auto* m = model_.merges.find(sym[pos].id, sym[size_t(next)].id)) {
+      if (const auto* m = model.merges.find(sym[pos].id, sym[size_t(next)].id)) {
         heap.push_back(Candidate{m->rank, uint32_t(pos), sym[pos].id, sym[size_t(next)].id, m->id});
         std::push_heap(heap.begin(), heap.end(), later);
       }
@@ -243,13 +259,14 @@ class WordEncoder {
   /// of equal ranks) is found by a scan, merged, and its two neighbouring pairs looked up again.
   /// Quadratic, so only for short words, where it is faster than the queue.
   void merge_short(const Symbol* symbols, size_t n, std::vector<int32_t>& out) const {
+    const BpeModel& model = model_;  // a local, held in a register in the loops
     constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
     int32_t ids[kShortWord];
     uint32_t rank[kShortWord];
     int32_t merged[kShortWord];
     for (size_t i = 0; i < n; ++i) ids[i] = symbols[i].id;
     const auto look = [&](size_t i) {
-      const auto* m = model_.merges.find(ids[i], ids[i + 1]);
+      const auto* m = model.merges.find(ids[i], ids[i + 1]);
       rank[i] = m ? m->rank : kNone;
       merged[i] = m ? m->id : 0;
     };

@@ -123,6 +123,10 @@ class PreTokenizer {
                           std::to_string(steps_.size() - i - 1) + " more)");
       byte_level_ = true;
     }
+    // A ByteLevel that neither splits nor adds a space (Llama 3's, after its Split) passes the
+    // piece on as it is: leaving it out lets the Split before it hand out the words directly.
+    if (byte_level_ && !steps_.back().use_pattern && !steps_.back().add_prefix_space)
+      steps_.pop_back();
   }
 
   /// Whether the last step is ByteLevel: the model then works on bytes.
@@ -244,6 +248,7 @@ class PreTokenizer {
              OnWord& on_word) const {
     const Step& p = steps_[index];
     const std::string& replacement = p.metaspace.replacement;
+    const bool last = index + 1 == steps_.size();
     split_by_behavior(
         s,
         [&](auto&& on_match) {
@@ -257,7 +262,10 @@ class PreTokenizer {
         how == SplitAt::kPattern ? p.behavior : SplitBehavior::kMergedWithNext,
         how == SplitAt::kPattern && p.invert,
         [&](size_t b, size_t e) {
-          run_step(s.substr(b, e - b), at_start && b == 0, index + 1, valid_utf8, on_word);
+          if (last)  // (split_by_behavior emits no empty piece)
+            on_word(s.substr(b, e - b));
+          else
+            run_step(s.substr(b, e - b), at_start && b == 0, index + 1, valid_utf8, on_word);
         });
   }
 
