@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
-#include "retnet/text/hf_tokenizer.hpp"
+#include "retnet/tokenizers.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

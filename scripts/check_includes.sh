@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a header includes one from a higher floor of the stack
 #   core <- kernels <- ops <- layers <- model <- io, text
-# (io and text are one floor and do not include each other). Usage: check_includes.sh INCLUDE_DIR
+# (io and text are one floor and do not include each other). A header in a subfolder
+# (text/hf/) belongs to the floor of its top folder. Usage: check_includes.sh INCLUDE_DIR
 set -euo pipefail
 root=${1:-include/retnet}
 floor() {
@@ -13,8 +14,9 @@ floor() {
 bad=0
 checked=0
 while IFS= read -r header; do
-  from=$(basename "$(dirname "$header")")
-  [ "$from" = retnet ] && continue  # the umbrella headers include everything
+  relative=${header#"$root"/}
+  [ "$relative" = "${relative#*/}" ] && continue  # the umbrella headers include everything
+  from=${relative%%/*}  # a subfolder (text/hf/) is on its parent's floor
   from_floor=$(floor "$from")
   if [ "$from_floor" -lt 0 ]; then
     echo "$header: folder '$from' is not a floor of the stack"; bad=1; continue

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "fifo.hpp"
 #include "retnet/tokenizers.hpp"
 #include "temp_dir.hpp"
 
@@ -83,7 +84,7 @@ TEST_P(Fixture, EveryIdAndDecodedTextMatchesTheReference) {
     // decode_lossy turns them into U+FFFD as Hugging Face does.
     EXPECT_EQ(tok.decode_lossy(want), decoded) << GetParam() << "/" << name;
     const std::string bytes = tok.decode(want);
-    if (retnet::hf_detail::first_invalid_utf8(bytes) == std::string::npos)
+    if (retnet::detail::hf::first_invalid_utf8(bytes) == std::string::npos)
       EXPECT_EQ(bytes, decoded) << GetParam() << "/" << name;
     else
       EXPECT_NE(decoded.find("\uFFFD"), std::string::npos) << GetParam() << "/" << name;
@@ -206,7 +207,7 @@ TEST(HfTokenizerTest, EncodesConcurrently) {
 }
 
 TEST(HfTokenizerTest, PatternsMeanWhatOnigurumaMakesOfThem) {
-  using retnet::hf_detail::oniguruma_to_pcre2;
+  using retnet::detail::hf::oniguruma_to_pcre2;
   EXPECT_EQ(oniguruma_to_pcre2(R"(\s+(?!\S)|[^\s\p{L}])"),
             R"(\p{White_Space}+(?!\P{White_Space})|[^\p{White_Space}\p{L}])");
   EXPECT_EQ(oniguruma_to_pcre2(R"(\w+|[\w-]|\W)"),
@@ -447,17 +448,17 @@ TEST(HfTokenizerTest, AddBosAndEosTokenFromTokenizerConfig) {
   // Asking for a BOS that is not named is an error.
   expect_error<retnet::FormatError>(
       [&] { HfTokenizer::from_json(json, files(R"({"add_bos_token": true})")); },
-      {"tokenizer_config.json", "add_bos_token is true but no BOS token is named"});
+      {"tokenizer_config.json", "add_bos_token\" is true but no BOS token is named"});
 }
 
 TEST(HfTokenizerTest, CompanionFileErrors) {
   const std::string json = small_json();
   expect_error<retnet::FormatError>(
       [&] { HfTokenizer::from_json(json, files(R"({"eos_token": "<nope>"})")); },
-      {"tokenizer_config.json", "eos_token '<nope>' is not a token"});
+      {"tokenizer_config.json", "eos_token\" = \"<nope>\" is not a token"});
   expect_error<retnet::FormatError>(
       [&] { HfTokenizer::from_json(json, files(nullptr, nullptr, R"({"eos_token_id": 99})")); },
-      {"generation_config.json", "eos_token_id 99 is not a token"});
+      {"generation_config.json", "eos_token_id\" = 99 is not a token"});
   expect_error<retnet::FormatError>([&] { HfTokenizer::from_json(json, files("{bad json")); },
                                     {"tokenizer_config.json", "not valid JSON"});
 }
@@ -504,7 +505,7 @@ TEST(LoadTokenizerTest, TokenizerJsonOnlyFolder) {
   // A broken tokenizer.json is an error, never a silent fallback to bytes.
   std::ofstream(dir.file("tokenizer.json")) << R"({"model": {"type": "BPE"}})";
   expect_error<retnet::FormatError>([&] { retnet::load_tokenizer(dir.str(), 50000); },
-                                    {"tokenizer.json", "model.vocab is missing"});
+                                    {"tokenizer.json", "missing required key \"model.vocab\""});
 }
 
 // ---- Bad input ------------------------------------------------------------------------------
@@ -530,58 +531,58 @@ TEST(HfTokenizerErrors, MalformedAndTruncatedJson) {
   for (size_t cut : {size_t(1), gpt2.size() / 3, gpt2.size() - 1})
     expect_format_error(gpt2.substr(0, cut), {"not valid JSON"});
   expect_format_error(replaced(small_json(), R"("version": "1.0")", R"("version": "2.0")"),
-                      {"version '2.0'"});
+                      {"\"version\" = \"2.0\" is not supported"});
 }
 
 TEST(HfTokenizerErrors, WrongTypesAndMissingFields) {
   expect_format_error(replaced(small_json(), R"("a": 1,)", R"("a": "one",)"),
-                      {"model.vocab['a'] must be an integer"});
+                      {"\"model.vocab\" entry \"a\" must be an integer"});
   expect_format_error(replaced(small_json(), R"("a": 1,)", R"("a": -4,)"), {"outside"});
   expect_format_error(replaced(small_json(), R"("a": 1,)", R"("a": 2000000000,)"), {"outside"});
   expect_format_error(replaced(small_json(), R"("a": 1,)", R"("a": 2,)"), {"gives id 2 to both"});
   expect_format_error(replaced(small_json(), R"(, "merges": ["b c", "a b"])", ""),
-                      {"model.merges is missing"});
+                      {"missing required key \"model.merges\""});
   expect_format_error(replaced(small_json(), R"(["b c", "a b"])", R"(["b c d"])"),
                       {"model.merges[0]", "not two tokens"});
   expect_format_error(replaced(small_json(), R"(["b c", "a b"])", R"([["b"]])"),
-                      {"model.merges[0] must be"});
+                      {"\"model.merges[0]\" must be"});
   expect_format_error(replaced(small_json(), R"("unk_token": "?")", R"("unk_token": "<unk>")"),
-                      {"model.unk_token '<unk>' is not in model.vocab"});
+                      {"\"model.unk_token\" = \"<unk>\" is not in model.vocab"});
   expect_format_error(replaced(small_json(), R"("content": "<s>")", R"("content": 5)"),
-                      {"added_tokens[0].content must be a string"});
+                      {"\"added_tokens[0].content\" must be a string"});
 }
 
 TEST(HfTokenizerErrors, MergesNamingUnknownTokens) {
   expect_format_error(replaced(small_json(), R"("b c")", R"("b zz")"),
-                      {"model.merges[0]", "'zz', which is not in model.vocab"});
+                      {"model.merges[0]", "\"zz\", which is not in model.vocab"});
   expect_format_error(replaced(small_json(), R"("a b")", R"("a c")"),
-                      {"model.merges[1]", "makes 'ac', which is not in model.vocab"});
+                      {"model.merges[1]", "makes \"ac\", which is not in model.vocab"});
 }
 
 TEST(HfTokenizerErrors, UnsupportedModelsAndComponentsAreRefusedByName) {
   for (const char* type : {"WordPiece", "Unigram", "WordLevel"})
     expect_format_error(
         replaced(small_json(), R"("type": "BPE")", std::string(R"("type": ")") + type + "\""),
-        {std::string("model type '") + type + "' is not supported"});
+        {std::string("\"model.type\" = \"") + type + "\" is not supported"});
   expect_format_error(
       replaced(small_json(), R"("normalizer": null)", R"("normalizer": {"type": "NFC"})"),
-      {"normalizer type 'NFC' is not supported"});
+      {"\"normalizer.type\" = \"NFC\" is not supported"});
   expect_format_error(
       replaced(
           small_json(), R"("normalizer": null)",
           R"("normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "x"}, {"type": "Lowercase"}]})"),
-      {"normalizer.normalizers[1]", "'Lowercase' is not supported"});
+      {"normalizer.normalizers[1].type", "\"Lowercase\" is not supported"});
   expect_format_error(replaced(small_json(), R"("pre_tokenizer": {"type": "Split")",
                                R"("pre_tokenizer": {"type": "Whitespace")"),
-                      {"pre-tokenizer type 'Whitespace' is not supported"});
+                      {"\"pre_tokenizer.type\" = \"Whitespace\" is not supported"});
   expect_format_error(replaced(small_json(), R"("decoder": null)",
                                R"("decoder": {"type": "WordPiece", "prefix": "##"})"),
-                      {"decoder type 'WordPiece' is not supported"});
+                      {"\"decoder.type\" = \"WordPiece\" is not supported"});
   expect_format_error(
       replaced(
           small_json(), R"("post_processor": null)",
           R"("post_processor": {"type": "RobertaProcessing", "sep": ["</s>", 7], "cls": ["<s>", 6]})"),
-      {"post-processor type 'RobertaProcessing' is not supported"});
+      {"\"post_processor.type\" = \"RobertaProcessing\" is not supported"});
   expect_format_error(
       replaced(small_json(), R"("type": "BPE")", R"("type": "BPE", "dropout": 0.1)"), {"dropout"});
 }
@@ -591,12 +592,12 @@ TEST(HfTokenizerErrors, BadComponentSettings) {
                       {"pre_tokenizer.pattern", "does not compile"});
   expect_format_error(
       replaced(small_json(), R"("behavior": "Removed")", R"("behavior": "Sideways")"),
-      {"'Sideways' is not one of"});
+      {"\"Sideways\" is not one of"});
   expect_format_error(
       replaced(
           small_json(), R"("post_processor": null)",
           R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {}})"),
-      {"names special token '[CLS]'", "does not define"});
+      {"names special token \"[CLS]\"", "does not define"});
   expect_format_error(
       replaced(
           small_json(), R"("post_processor": null)",
@@ -610,6 +611,69 @@ TEST(HfTokenizerErrors, ByteLevelMustBeTheLastPreTokenizer) {
       "behavior": "Removed", "invert": false})",
       R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": false}]})");
   expect_format_error(json, {"ByteLevel must be the last pre-tokenizer"});
+}
+
+// tokenizer.json and its companions are untrusted files: read as the library reads every
+// such file (regular files only, JSON of bounded depth without duplicate keys).
+TEST(HfTokenizerErrors, FifoOrDirectoryNamedTokenizerJsonIsRefused) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    TempDir dir;
+    std::ofstream(dir.file("tokenizer.json")) << small_json();
+    std::filesystem::remove(dir.file(name));
+    retnet::testing::Fifo fifo(dir.file(name));
+    ASSERT_TRUE(fifo.ok());
+    for (bool through_load_tokenizer : {false, true}) {
+      const std::string message = expect_error<retnet::FormatError>(
+          [&] {
+            if (through_load_tokenizer)
+              retnet::load_tokenizer(dir.str(), 50000);
+            else
+              HfTokenizer::load(dir.str());
+          },
+          {name, "is a FIFO (named pipe), expected a regular file"});
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+  TempDir dir;
+  std::filesystem::create_directory(dir.file("tokenizer.json"));
+  const std::string message = expect_error<retnet::FormatError>(
+      [&] { retnet::load_tokenizer(dir.str(), 50000); },
+      {"tokenizer.json", "is a directory, expected a regular file"});
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(HfTokenizerErrors, DeepNestingIsRefused) {
+  const size_t depth = 100000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  expect_format_error(replaced(small_json(), R"("decoder": null)", "\"decoder\": " + deep),
+                      {"tokenizer.json", "nests arrays and objects deeper than"});
+  // Inside the streamed vocabulary and merges too.
+  expect_format_error(replaced(small_json(), R"("a": 1,)", "\"a\": " + deep + ","),
+                      {"\"model.vocab\" entry \"a\" must be an integer"});
+  expect_format_error(replaced(small_json(), R"(["b c", "a b"])", "[" + deep + "]"),
+                      {"\"model.merges[0]\" must be"});
+  expect_error<retnet::FormatError>(
+      [&] { HfTokenizer::from_json(small_json(), files(("{\"x\": " + deep + "}").c_str())); },
+      {"tokenizer_config.json", "nests arrays and objects deeper than"});
+}
+
+TEST(HfTokenizerErrors, DuplicateKeysAreRefused) {
+  expect_format_error(
+      replaced(small_json(), R"("decoder": null,)", R"("decoder": null, "decoder": null,)"),
+      {"tokenizer.json", "has the key decoder twice"});
+  expect_format_error(replaced(small_json(), R"("a": 1,)", R"("a": 1, "a": 1,)"),
+                      {"\"model.vocab\" has the token \"a\" twice"});
+  expect_format_error(
+      replaced(small_json(), R"("type": "BPE",)", R"("type": "BPE", "type": "BPE",)"),
+      {"has the key type twice"});
+  expect_format_error(replaced(small_json(), R"(, "merges": ["b c", "a b"])",
+                               R"(, "merges": ["b c", "a b"], "merges": ["b c"])"),
+                      {"has the key merges twice"});
+  expect_error<retnet::FormatError>(
+      [&] {
+        HfTokenizer::from_json(small_json(), files(R"({"eos_token": "a", "eos_token": "b"})"));
+      },
+      {"tokenizer_config.json", "has the key eos_token twice"});
 }
 
 TEST(HfTokenizerErrors, DecodeOutOfRange) {

@@ -277,6 +277,13 @@ class JsonObject {
     return integer_value(*v, key, lo, hi);
   }
 
+  /// Element `index` of the array `key` as an integer in [lo, hi]; its path is "KEY[INDEX]".
+  int64_t integer_element(const std::string& key, size_t index,
+                          int64_t lo = std::numeric_limits<int64_t>::min(),
+                          int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    return integer_value(array(key).at(index), key + "[" + std::to_string(index) + "]", lo, hi);
+  }
+
   /// A finite number in [lo, hi] (integers accepted).
   double number(const std::string& key, double lo = -std::numeric_limits<double>::max(),
                 double hi = std::numeric_limits<double>::max()) const {
