@@ -110,3 +110,21 @@ TEST(Activation, ActivateAppliesTheChosenFunctionToEveryElement) {
 }
 
 }  // namespace
+
+// A block of a wider matrix (rows contiguous, not adjacent): its elements are activated and the
+// columns around it are left as they are.
+TEST(Activation, ActivateOnABlockLeavesTheRestAlone) {
+  std::mt19937 rng(12);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  Matrix<double> x(5, 12);
+  for (Index i = 0; i < x.size(); ++i) x.data()[i] = normal(rng);
+  Matrix<double> y = x;
+  retnet::activate<double>(Activation::kSwish, y.middleCols(3, 4));
+  for (Index r = 0; r < x.rows(); ++r)
+    for (Index c = 0; c < x.cols(); ++c) {
+      if (c >= 3 && c < 7)
+        EXPECT_LE(ulps_from(y(r, c), swish_by_formula(x(r, c))), 4.0) << r << "," << c;
+      else
+        EXPECT_EQ(y(r, c), x(r, c)) << r << "," << c;
+    }
+}

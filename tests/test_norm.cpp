@@ -122,6 +122,20 @@ TEST(Norm, ApplyMatchesTheFormulaWithWeightAndBiasInFloat) {
   check_apply<float>(2e-6);
 }
 
+// A weight (or bias) of another width than the input is refused before any element is read.
+TEST(Norm, WrongWidthIsRefused) {
+  for (NormKind kind : {NormKind::kRMSNorm, NormKind::kLayerNorm}) {
+    retnet::Norm<double> norm;
+    norm.kind = kind;
+    norm.weight = Vector<double>::Ones(16);
+    norm.bias = Vector<double>::Zero(kind == NormKind::kLayerNorm ? 15 : 0);
+    Matrix<double> y;
+    EXPECT_THROW(norm.apply(Matrix<double>::Ones(2, 17), 1e-5, y), retnet::InvalidArgument);
+    if (kind == NormKind::kLayerNorm)
+      EXPECT_THROW(norm.apply(Matrix<double>::Ones(2, 16), 1e-5, y), retnet::InvalidArgument);
+  }
+}
+
 // Each row is normalised on its own: a row's result does not change with the rows around it.
 TEST(Norm, RowsAreIndependent) {
   retnet::Norm<double> norm;

@@ -20,14 +20,18 @@ Scalar gelu(Scalar x) {
   return Scalar(0.5) * x * (Scalar(1) + std::erf(x / std::sqrt(Scalar(2))));
 }
 
+/// Applies the activation in place, row by row: `x` may be a block of a wider matrix, whose rows
+/// are contiguous but not adjacent.
 template <typename Scalar>
 void activate(Activation kind, Eigen::Ref<Matrix<Scalar>> x) {
-  Scalar* p = x.data();
-  const Index n = x.size();
-  if (kind == Activation::kSwish) {
-    for (Index i = 0; i < n; ++i) p[i] = swish(p[i]);
-  } else {
-    for (Index i = 0; i < n; ++i) p[i] = gelu(p[i]);
+  const Index n = x.cols();
+  for (Index r = 0; r < x.rows(); ++r) {
+    Scalar* p = x.row(r).data();
+    if (kind == Activation::kSwish) {
+      for (Index i = 0; i < n; ++i) p[i] = swish(p[i]);
+    } else {
+      for (Index i = 0; i < n; ++i) p[i] = gelu(p[i]);
+    }
   }
 }
 

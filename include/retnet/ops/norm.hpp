@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "retnet/core/error.hpp"
 #include "retnet/core/tensor.hpp"
 
 namespace retnet {
@@ -29,6 +30,10 @@ struct Norm {
 
   /// y = norm(x) ⊙ weight (+ bias), row by row.
   void apply(const Matrix<Scalar>& x, Scalar eps, Matrix<Scalar>& y) const {
+    RETNET_REQUIRE(
+        weight.size() == x.cols() && (kind != NormKind::kLayerNorm || bias.size() == x.cols()),
+        "norm: input has " + std::to_string(x.cols()) + " features, the weight " +
+            std::to_string(weight.size()));
     y = x;
     for (Index r = 0; r < y.rows(); ++r) {
       normalize(kind, eps, y.row(r).data(), y.cols());

@@ -1,7 +1,7 @@
 // Text <-> token id conversion. The generation loop only needs the small Tokenizer
 // interface below; ByteTokenizer is the identity over bytes, used by byte-level models
 // and by every model folder that ships no tokenizer.json. Hugging Face tokenizer.json files
-// are read by HfTokenizer and load_tokenizer in retnet/text/hf_tokenizer.hpp (target
+// are read by HfTokenizer and load_tokenizer (retnet/tokenizers.hpp, text/hf/; target
 // RetNet::tokenizers, which needs PCRE2).
 #pragma once
 
