@@ -131,8 +131,9 @@ TEST(Norm, WrongWidthIsRefused) {
     norm.bias = Vector<double>::Zero(kind == NormKind::kLayerNorm ? 15 : 0);
     Matrix<double> y;
     EXPECT_THROW(norm.apply(Matrix<double>::Ones(2, 17), 1e-5, y), retnet::InvalidArgument);
-    if (kind == NormKind::kLayerNorm)
+    if (kind == NormKind::kLayerNorm) {
       EXPECT_THROW(norm.apply(Matrix<double>::Ones(2, 16), 1e-5, y), retnet::InvalidArgument);
+    }
   }
 }
 
