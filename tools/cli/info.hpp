@@ -1,5 +1,6 @@
 // `retnet info`: what a model folder holds, from its config and tensor headers (no weight is
-// read): family, sizes, parameters, stored dtypes, weight type and tokenizer.
+// read): family, sizes, parameters, stored dtypes, weight type and tokenizer. The folder is
+// checked as a load would check it, so info succeeds only on a folder that loads.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +26,10 @@ struct InfoFlags {
   }
 };
 
-/// What reads the folder's text: its tokenizer.json (loaded, so a broken one is reported) or,
-/// without one, bytes.
-inline std::string tokenizer_kind(const std::string& dir) {
-  const auto tokenizer = load_tokenizer(dir);
+/// What reads the folder's text: its tokenizer.json (loaded and checked against the model's
+/// vocabulary, as generate does, so a broken one is reported) or, without one, bytes.
+inline std::string tokenizer_kind(const std::string& dir, int64_t vocab_size) {
+  const auto tokenizer = load_tokenizer(dir, vocab_size);
   const auto* hf = dynamic_cast<const HfTokenizer*>(tokenizer.get());
   if (!hf) return "byte-level (no tokenizer.json: ids 0-255)";
   return std::string("tokenizer.json, BPE") +
@@ -48,10 +49,14 @@ struct FolderInfo {
   std::string tokenizer;
 };
 
+/// The folder checked as a load checks it, from the headers alone (no weight is read): every
+/// tensor the config asks for present with its shape, nothing else (check_checkpoint_shapes),
+/// and a tokenizer whose ids the model has.
 inline FolderInfo describe_folder(const std::string& dir) {
   CheckpointReader reader(dir);
   FolderInfo info;
   info.config = load_config(dir, reader);
+  check_checkpoint_shapes<float>(reader, info.config);
   for (const auto& shard : reader.shards())
     for (const auto& t : shard.tensors()) {
       if (t.name.find("retnet_rel_pos.") != std::string::npos) continue;  // derived buffers
@@ -63,7 +68,7 @@ inline FolderInfo describe_folder(const std::string& dir) {
   info.parameters = parameter_count(info.config);
   info.weights = weight_type_name(stored_weight_type<float>(info.config, reader));
   info.files = reader.shards().size();
-  info.tokenizer = tokenizer_kind(dir);
+  info.tokenizer = tokenizer_kind(dir, info.config.vocab_size);
   return info;
 }
 

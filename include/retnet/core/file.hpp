@@ -5,7 +5,9 @@
 // block the process forever and a directory cannot surface as a raw stream error. Files of a
 // model folder are found through path_in_folder(), which resolves symbolic links and refuses a
 // file that lies outside the folder. Whatever part of a file's content appears in an error
-// message goes through excerpt() (or name_excerpt()): bounded and escaped, on one line.
+// message goes through excerpt() (or name_excerpt()): bounded and escaped, on one line. A
+// symbolic link that leads nowhere (dangling, or a loop) is named as such, never taken for an
+// absent file (entry_exists()).
 #pragma once
 
 #include <cerrno>
@@ -72,6 +74,60 @@ inline std::string name_excerpt(std::string_view name, size_t max_bytes = 120) {
   return detail::plain_name(name, max_bytes) ? std::string(name) : excerpt(name, max_bytes);
 }
 
+namespace detail {
+
+/// Throws the FormatError that names why symbolic link `path` leads nowhere ("PATH: is a
+/// symbolic link to X, which does not exist", "... in a loop of links"); returns when `path` is
+/// not a link or its target exists.
+inline void refuse_unresolved_link(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::symlink_status(path, ec).type() != fs::file_type::symlink) return;
+  const fs::file_status target = fs::status(path, ec);
+  if (!ec && target.type() != fs::file_type::not_found) return;
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    throw FormatError(path + ": is a symbolic link in a loop of links (it never reaches a file)");
+  std::error_code read_ec;
+  const fs::path to = fs::read_symlink(path, read_ec);
+  if (target.type() == fs::file_type::not_found)
+    throw FormatError(path + ": is a symbolic link to " + excerpt(to.string(), 200) +
+                      ", which does not exist");
+  throw FormatError(path + ": cannot follow the symbolic link to " + excerpt(to.string(), 200) +
+                    " (" + ec.message() + ")");
+}
+
+}  // namespace detail
+
+/// Whether `path` names something (a file, a folder, a link that resolves), for a caller that
+/// treats an absent optional file as not given. A symbolic link that does not resolve is not
+/// absent: it is a FormatError (detail::refuse_unresolved_link), since an interrupted download
+/// leaves such links and running without the file would silently change the results. A path
+/// that cannot be examined (a folder without search permission) is a FormatError too.
+inline bool entry_exists(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status own = fs::symlink_status(path, ec);
+  if (own.type() == fs::file_type::not_found) return false;
+  if (ec) throw FormatError(path + ": cannot examine (" + ec.message() + ")");
+  detail::refuse_unresolved_link(path);
+  return true;
+}
+
+/// Refuses `dir` unless it is a folder (symbolic links followed): FormatError "DIR: no such
+/// folder", "DIR: is a regular file, expected a folder", and the like. For a reader that would
+/// otherwise read an absent folder as an empty one.
+inline void require_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (status.type() == fs::file_type::directory) return;
+  detail::refuse_unresolved_link(dir);
+  if (status.type() == fs::file_type::not_found) throw FormatError(dir + ": no such folder");
+  if (status.type() == fs::file_type::regular)
+    throw FormatError(dir + ": is a regular file, expected a folder");
+  throw FormatError(dir + ": is not a folder" + (ec ? " (" + ec.message() + ")" : std::string()));
+}
+
 /// Opens `path` for binary reading if it is a regular file (symbolic links followed); a
 /// directory, FIFO, socket or device is refused before it is opened, since opening a FIFO
 /// blocks until a writer appears and a directory fails only on the first read. Throws
@@ -85,6 +141,7 @@ inline std::ifstream open_regular_file(const std::string& path, uint64_t* size =
     case fs::file_type::regular:
       break;
     case fs::file_type::not_found:
+      detail::refuse_unresolved_link(path);
       throw FormatError(path + ": cannot open: no such file");
     case fs::file_type::directory:
       throw FormatError(path + ": is a directory, expected a regular file");
@@ -96,6 +153,7 @@ inline std::ifstream open_regular_file(const std::string& path, uint64_t* size =
     case fs::file_type::character:
       throw FormatError(path + ": is a device, expected a regular file");
     default:
+      detail::refuse_unresolved_link(path);
       throw FormatError(path + ": cannot open" + (ec ? " (" + ec.message() + ")" : std::string()) +
                         ": expected a regular file");
   }

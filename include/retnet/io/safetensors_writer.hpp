@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/float_formats.hpp"
+#include "retnet/io/output_file.hpp"
 #include "retnet/io/safetensors.hpp"
 
 namespace retnet {
@@ -61,7 +61,8 @@ struct SavedTensor {
 /// Writes a safetensors file. Tensors are laid out in the given order; the header is
 /// padded with spaces to a multiple of 8 so that the data area is 8-byte aligned.
 /// Throws InvalidArgument for bad tensors (duplicate/empty names, negative dims, null
-/// data) and Error if the file cannot be written.
+/// data) and Error if the file cannot be written. The file is written beside `path` and renamed
+/// over it (ReplacingFile): a symbolic link at `path` is replaced, not followed.
 inline void save_safetensors(const std::string& path, const std::vector<SavedTensor>& tensors,
                              const std::map<std::string, std::string>& metadata = {}) {
   nlohmann::json header = nlohmann::json::object();
@@ -98,18 +99,16 @@ inline void save_safetensors(const std::string& path, const std::vector<SavedTen
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(path + ": cannot open for writing");
+  ReplacingFile out(path);
   uint8_t length[8];
   detail::store_le64(length, text.size());
-  out.write(reinterpret_cast<const char*>(length), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.write(length, 8);
+  out.write(text.data(), text.size());
   std::vector<uint8_t> block;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const size_t esize = dtype_size(tensors[i].dtype);
     if (tensors[i].bytes) {
-      out.write(static_cast<const char*>(tensors[i].bytes),
-                static_cast<std::streamsize>(numels[i] * esize));
+      out.write(tensors[i].bytes, static_cast<size_t>(numels[i] * esize));
       continue;
     }
     const size_t per_block = detail::kIoBlockBytes / esize;
@@ -117,13 +116,11 @@ inline void save_safetensors(const std::string& path, const std::vector<SavedTen
     for (uint64_t done = 0; done < numels[i];) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(numels[i] - done, per_block));
       detail::encode(tensors[i].dtype, tensors[i].data + done, n, block.data());
-      out.write(reinterpret_cast<const char*>(block.data()),
-                static_cast<std::streamsize>(n * esize));
+      out.write(block.data(), n * esize);
       done += n;
     }
   }
-  out.close();
-  if (!out) throw Error(path + ": write failed");
+  out.commit();
 }
 
 }  // namespace retnet

@@ -4,12 +4,12 @@
 // and scales (docs/FORMATS.md, "Quantised weights"), so a converted folder loads as it was saved.
 #pragma once
 
-#include <fstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "retnet/io/load.hpp"
+#include "retnet/io/output_file.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/io/safetensors_writer.hpp"
 #include "retnet/model/family.hpp"
@@ -18,8 +18,9 @@
 namespace retnet {
 
 /// Writes `dir`/config.json and `dir`/model.safetensors for `weights`, whose linear maps must all
-/// be of one type. The folder must exist. Holds one stored copy of the weights while writing
-/// (float32 for f32 weights, codes for q8 and q4).
+/// be of one type. The folder must exist. Each file is written beside its name and renamed over
+/// it (ReplacingFile): a symbolic link of that name is replaced, never written through. Holds one
+/// stored copy of the weights while writing (float32 for f32 weights, codes for q8 and q4).
 template <typename Scalar>
 void save_model(const std::string& dir, ModelConfig config, const ModelWeights<Scalar>& weights,
                 DType dtype = DType::F32) {
@@ -82,9 +83,10 @@ void save_model(const std::string& dir, ModelConfig config, const ModelWeights<S
     }
   }
   save_safetensors(dir + "/model.safetensors", tensors);
-  std::ofstream out(dir + "/config.json");
-  out << config.to_json().dump(2) << "\n";
-  if (!out) throw Error(dir + "/config.json: write failed");
+  const std::string text = config.to_json().dump(2) + "\n";
+  ReplacingFile out(dir + "/config.json");
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace retnet

@@ -20,15 +20,14 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/file.hpp"
 #include "retnet/core/json.hpp"
 #include "retnet/text/hf/added_vocabulary.hpp"
 #include "retnet/text/hf/bpe_model.hpp"
@@ -55,7 +54,8 @@ class HfTokenizer : public Tokenizer {
  public:
   /// Reads `dir`/tokenizer.json and, where present, tokenizer_config.json,
   /// special_tokens_map.json and generation_config.json beside it: regular files inside the
-  /// folder (a FIFO or a directory of that name is a FormatError).
+  /// folder (a FIFO or a directory of that name, a link leading out of the folder and a link
+  /// that resolves nowhere are FormatErrors).
   static HfTokenizer load(const std::string& dir) {
     namespace hf = detail::hf;
     HfTokenizerFiles files;
@@ -243,9 +243,12 @@ class HfTokenizer : public Tokenizer {
 
 /// The tokenizer of the folder `dir`: its tokenizer.json (with the companion files) when it
 /// has one, else the byte tokenizer. Needs no model: for a folder holding only tokenizer files.
+/// Bytes only when the folder exists and has no entry named tokenizer.json: a folder that does
+/// not exist (or is a file), one that cannot be examined, and a tokenizer.json link that leads
+/// nowhere are FormatErrors, since running on bytes instead would silently give other ids.
 inline std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
-  std::error_code ec;  // an unreadable folder counts as "no tokenizer.json"
-  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json", ec))
+  require_folder(dir);
+  if (entry_exists(detail::hf::file_label(dir, "tokenizer.json")))
     return std::make_unique<HfTokenizer>(HfTokenizer::load(dir));
   return std::make_unique<ByteTokenizer>();
 }

@@ -210,13 +210,12 @@ inline std::string file_label(const std::string& dir, const std::string& name) {
 }
 
 /// The text of `name` in folder `dir` (a regular file inside the folder, of at most
-/// `max_bytes`), or nullopt when there is nothing of that name. A FIFO, a directory or a link
-/// leading out of the folder is a FormatError, not a missing file.
+/// `max_bytes`), or nullopt when there is nothing of that name. A FIFO, a directory, a link
+/// leading out of the folder and a link that resolves nowhere (dangling, a loop) are
+/// FormatErrors, not a missing file.
 inline std::optional<std::string> read_optional_file(const std::string& dir,
                                                      const std::string& name, uint64_t max_bytes) {
-  std::error_code ec;
-  const std::filesystem::path path = std::filesystem::path(dir) / name;
-  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  if (!entry_exists(file_label(dir, name))) return std::nullopt;
   return read_regular_file(path_in_folder(dir, name), max_bytes, name);
 }
 
