@@ -362,5 +362,62 @@ expect_usage_error "a bad value refused with --help" "--top-p must be in [0, 1]"
 expect_ok "--help without a required flag" "$retnet" convert --help
 contains "convert --help lists --weights" "$work/out" "--weights T"
 
+# --- Files of a folder: links out of it or to nowhere, info against the tensors, convert's
+# output folder (issue 25: causes 5, 6, 14, 18)
+files=$work/files
+mkdir -p "$files/outside" "$files/m"
+cp "$model/config.json" "$model/model.safetensors" "$files/m/"
+printf '{"secret": "SECRET-VALUE"}' >"$files/outside/secret.json"
+chmod 600 "$files/outside/secret.json"
+ln -s "$files/outside/secret.json" "$files/m/tokenizer.json"
+expect_error "convert: tokenizer.json linked out of the folder" "$files/m/tokenizer.json: resolves to" \
+  "$retnet" convert -m "$files/m" -o "$files/out" --weights q8
+if grep -q SECRET-VALUE "$work/err"; then fail "convert quoted the linked file: $(cat "$work/err")"; else ok; fi
+if [ -e "$files/out" ]; then fail "a convert refused for its tokenizer.json wrote $(ls "$files/out")"; else ok; fi
+expect_error "tokenize: tokenizer.json linked out of the folder" "outside the model folder" \
+  "$retnet" tokenize -m "$files/m" --text hi
+if grep -q SECRET-VALUE "$work/err"; then fail "tokenize quoted the linked file"; else ok; fi
+rm "$files/m/tokenizer.json"
+ln -s "$files/outside/secret.json" "$files/m/tokenizer_config.json"
+cp "$tok/gpt2/tokenizer.json" "$files/m/"
+expect_error "convert: tokenizer_config.json linked out of the folder" \
+  "$files/m/tokenizer_config.json: resolves to" "$retnet" convert -m "$files/m" -o "$files/out" --weights q8
+if [ -e "$files/out" ]; then fail "a convert refused for its tokenizer_config.json wrote its folder"; else ok; fi
+rm "$files/m/tokenizer_config.json" "$files/m/tokenizer.json"
+# A dangling or looping tokenizer.json link is an error, never bytes; so is a missing folder.
+ln -s "$files/m/download.incomplete" "$files/m/tokenizer.json"
+for c in "tokenize --text hi" "generate -p hi -n 1" "score --text hello" "info"; do
+  # shellcheck disable=SC2086
+  expect_error "$c: dangling tokenizer.json" "tokenizer.json: is a symbolic link to" "$retnet" $c -m "$files/m"
+done
+rm "$files/m/tokenizer.json"
+ln -s tokenizer.json "$files/m/tokenizer.json"
+expect_error "tokenize: looping tokenizer.json" "a loop of links" "$retnet" tokenize -m "$files/m" --text hi
+rm "$files/m/tokenizer.json"
+expect_error "tokenize: no such folder" "$files/nowhere: no such folder" "$retnet" tokenize -m "$files/nowhere" --text hi
+expect_error "tokenize: a file as the folder" "is a regular file, expected a folder" \
+  "$retnet" tokenize -m "$files/m/config.json" --text hi
+expect_ok "info without tokenizer.json" "$retnet" info -m "$files/m"
+contains "info names the byte tokenizer" "$work/out" "tokenizer   byte-level (no tokenizer.json: ids 0-255)"
+# info checks the tensors the config implies, as a load does, from the headers.
+mkdir -p "$files/deep"
+cp "$model/model.safetensors" "$files/deep/"
+sed 's/"decoder_layers": 2/"decoder_layers": 4096/' "$model/config.json" >"$files/deep/config.json"
+expect_error "info: 4096 layers over 2 layers of tensors" "missing tensor" "$retnet" info -m "$files/deep"
+sed 's/"vocab_size": 256/"vocab_size": 200/' "$model/config.json" >"$files/deep/config.json"
+expect_error "info: a shape the config does not imply" "expected [200, 32]" "$retnet" info -m "$files/deep"
+# convert refuses an output folder holding an entry it would write, a dangling link included,
+# and creates nothing through it.
+mkdir -p "$files/dangling"
+ln -s "$files/created.safetensors" "$files/dangling/model.safetensors"
+expect_usage_error "convert onto a dangling model.safetensors link" \
+  "$files/dangling/model.safetensors exists (a symbolic link)" \
+  "$retnet" convert -m "$model" -o "$files/dangling" --weights q8
+if [ -e "$files/created.safetensors" ]; then fail "convert wrote through a dangling link"; else ok; fi
+mkdir -p "$files/hastok"
+echo '{}' >"$files/hastok/tokenizer.json"
+expect_usage_error "convert onto a folder with a tokenizer.json" "$files/hastok/tokenizer.json exists" \
+  "$retnet" convert -m "$model" -o "$files/hastok" --weights q8
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -26,17 +26,24 @@ struct InfoFlags {
   }
 };
 
-/// What reads the folder's text: its tokenizer.json (loaded and checked against the model's
-/// vocabulary, as generate does, so a broken one is reported) or, without one, bytes.
-inline std::string tokenizer_kind(const std::string& dir, int64_t vocab_size) {
-  const auto tokenizer = load_tokenizer(dir, vocab_size);
+/// What reads the folder's text: its tokenizer.json (loaded, so a broken one is reported) or,
+/// without one, bytes; and whether the model has a row for each of its ids. A folder whose
+/// tokenizer has more ids than the model still serves token ids (score --tokens), so that is
+/// said, not refused.
+inline std::string tokenizer_kind(const std::string& dir, int64_t model_vocab) {
+  const auto tokenizer = load_tokenizer(dir);
   const auto* hf = dynamic_cast<const HfTokenizer*>(tokenizer.get());
-  if (!hf) return "byte-level (no tokenizer.json: ids 0-255)";
+  const std::string fit = tokenizer->vocab_size() <= model_vocab
+                              ? std::string()
+                              : "; more ids than the model's vocab_size " +
+                                    std::to_string(model_vocab) +
+                                    ": generate and score --text refuse this folder";
+  if (!hf) return "byte-level (no tokenizer.json: ids 0-255)" + fit;
   return std::string("tokenizer.json, BPE") +
          (hf->byte_level()      ? ", byte-level"
           : hf->byte_fallback() ? ", byte fallback (SentencePiece style)"
                                 : "") +
-         ", " + std::to_string(hf->vocab_size()) + " ids";
+         ", " + std::to_string(hf->vocab_size()) + " ids" + fit;
 }
 
 /// A model folder as `info` reports it.
@@ -51,7 +58,7 @@ struct FolderInfo {
 
 /// The folder checked as a load checks it, from the headers alone (no weight is read): every
 /// tensor the config asks for present with its shape, nothing else (check_checkpoint_shapes),
-/// and a tokenizer whose ids the model has.
+/// and a tokenizer that loads.
 inline FolderInfo describe_folder(const std::string& dir) {
   CheckpointReader reader(dir);
   FolderInfo info;
