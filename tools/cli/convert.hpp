@@ -61,14 +61,14 @@ inline void check_output_folder(const std::string& out) {
 /// the folder; a link out of it or one that resolves nowhere is a FormatError), before anything
 /// is written.
 inline std::vector<std::string> folder_files_to_copy(const std::string& in) {
-  std::vector<std::string> paths;
+  std::vector<std::string> names;
   for (const char* name : kFolderFiles) {
     if (!entry_exists((std::filesystem::path(in) / name).string())) continue;
     const std::string path = path_in_folder(in, name);
     open_regular_file(path);  // refuses a directory, a FIFO, a device
-    paths.push_back(name);
+    names.push_back(name);
   }
-  return paths;
+  return names;
 }
 
 inline int convert(const ConvertFlags& flags) {

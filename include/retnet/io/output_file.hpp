@@ -24,15 +24,16 @@ class ReplacingFile {
   /// Creates the temporary file beside `path`; throws Error when it cannot be created.
   explicit ReplacingFile(std::string path) : path_(std::move(path)) {
     std::random_device random;
-    for (int attempt = 0; attempt < 16 && !file_; ++attempt) {
+    int error = EEXIST;
+    for (int attempt = 0; attempt < 16 && !file_ && error == EEXIST; ++attempt) {
       temporary_ = path_ + ".partial-" + std::to_string(random());
       errno = 0;
       file_ = std::fopen(temporary_.c_str(), "wbx");
-      if (!file_ && errno != EEXIST) break;
+      error = errno;
     }
     if (!file_)
       throw Error(path_ + ": cannot create a file beside it to write (" +
-                  std::string(std::strerror(errno ? errno : EEXIST)) + ")");
+                  std::string(std::strerror(error ? error : EEXIST)) + ")");
   }
   ReplacingFile(const ReplacingFile&) = delete;
   ReplacingFile& operator=(const ReplacingFile&) = delete;
