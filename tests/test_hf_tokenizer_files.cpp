@@ -210,3 +210,27 @@ TEST(TokenizerFilesTest, CompanionTextInMessagesIsBoundedAndEscaped) {
 }
 
 }  // namespace
+
+// ---- Size caps -----------------------------------------------------------------------------
+
+// A sparse file one byte over the cap costs no disk; the loader must refuse it from its size,
+// before reading (reading a 1 GiB file whole would take seconds and a GiB of memory).
+TEST(TokenizerFilesTest, FilesOverTheSizeCapAreRefusedBeforeReading) {
+  namespace hf = retnet::detail::hf;
+  {
+    TempDir dir;
+    write(dir.file("tokenizer.json"), kSmallJson);
+    fs::resize_file(dir.file("tokenizer.json"), hf::kMaxTokenizerJsonBytes + 1);
+    expect_error<FormatError>(
+        [&] { retnet::load_tokenizer(dir.str()); },
+        {dir.file("tokenizer.json"), "-byte limit for a tokenizer.json file"});
+  }
+  {
+    TempDir dir;
+    write(dir.file("tokenizer.json"), kSmallJson);
+    write(dir.file("tokenizer_config.json"), "{}");
+    fs::resize_file(dir.file("tokenizer_config.json"), hf::kMaxCompanionBytes + 1);
+    expect_error<FormatError>([&] { retnet::load_tokenizer(dir.str()); },
+                              {"tokenizer_config.json", "-byte limit"});
+  }
+}
