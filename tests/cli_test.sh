@@ -406,6 +406,10 @@ sed 's/"decoder_layers": 2/"decoder_layers": 4096/' "$model/config.json" >"$file
 expect_error "info: 4096 layers over 2 layers of tensors" "missing tensor" "$retnet" info -m "$files/deep"
 sed 's/"vocab_size": 256/"vocab_size": 200/' "$model/config.json" >"$files/deep/config.json"
 expect_error "info: a shape the config does not imply" "expected [200, 32]" "$retnet" info -m "$files/deep"
+rm "$files/deep/config.json"
+ln -s "$files/outside/secret.json" "$files/deep/config.json"
+expect_error "info: config.json linked out of the folder" "config.json: resolves to" "$retnet" info -m "$files/deep"
+if grep -q SECRET-VALUE "$work/err"; then fail "info quoted the linked config"; else ok; fi
 # convert refuses an output folder holding an entry it would write, a dangling link included,
 # and creates nothing through it.
 mkdir -p "$files/dangling"

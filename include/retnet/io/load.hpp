@@ -237,7 +237,7 @@ ModelWeights<Scalar> load_weights(const std::string& dir, ModelConfig& config,
 
 /// The config of the model folder `dir`, resolved against its tensors (resolve_family).
 inline ModelConfig load_config(const std::string& dir, CheckpointReader& reader) {
-  return resolve_family(load_config_json(dir + "/config.json"), reader);
+  return resolve_family(load_config_json(path_in_folder(dir, "config.json")), reader);
 }
 
 /// Loads `dir/config.json` and the weights of `dir`. Throws FormatError naming the file and
