@@ -96,8 +96,9 @@ class AddedVocabulary {
       if (token.rstrip) stop += rightmost_space_at_start(text.substr(stop), valid_utf8);
       if (start_offset < start)
         on_piece(text.substr(start_offset, start - start_offset), at_start && start_offset == 0);
-      out.push_back(token.id);
-      start_offset = stop;
+      // Hugging Face drops empty splits: a match whose spaces an rstrip before it took.
+      if (start < stop) out.push_back(token.id);
+      start_offset = std::max(start_offset, stop);
     });
     if (start_offset < text.size())
       on_piece(text.substr(start_offset), at_start && start_offset == 0);
