@@ -10,7 +10,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "retnet/core/json.hpp"
 #include "retnet/text/hf/aho_corasick.hpp"
 #include "retnet/text/hf/bpe_model.hpp"
+#include "retnet/text/hf/hash_tables.hpp"
 #include "retnet/text/hf/normalizers.hpp"
 #include "retnet/text/hf/regex.hpp"
 #include "retnet/text/hf/token_index.hpp"
@@ -64,8 +64,8 @@ class AddedVocabulary {
 
   /// The id of the added token `content`, if there is one.
   std::optional<int32_t> id(const std::string& content) const {
-    const auto it = by_content_.find(content);
-    return it == by_content_.end() ? std::nullopt : std::optional<int32_t>(tokens_[it->second].id);
+    const int64_t* token = by_content_.find(content);
+    return token ? std::optional<int32_t>(tokens_[size_t(*token)].id) : std::nullopt;
   }
 
   /// At most this many bytes of added tokens (contents, and their normalized forms): the
@@ -135,10 +135,10 @@ class AddedVocabulary {
     for (size_t i = 0; i < listed.size(); ++i) {
       AddedToken token = listed[i];
       if (token.content.empty()) continue;
-      const auto known = by_content_.find(token.content);
-      if (known != by_content_.end() && same_token(tokens_[known->second], token)) continue;
-      if (known != by_content_.end())
-        token.id = tokens_[known->second].id;
+      const int64_t* known = by_content_.find(token.content);
+      if (known && same_token(tokens_[size_t(*known)], token)) continue;
+      if (known)
+        token.id = tokens_[size_t(*known)].id;
       else if (const auto id = model.token_id(token.content))
         token.id = *id;
       else
@@ -157,7 +157,7 @@ class AddedVocabulary {
     size_t bytes = 0;
     for (const size_t i : searched) {
       const AddedToken& entry = listed[i];
-      const uint32_t token = uint32_t(by_content_.at(entry.content));
+      const uint32_t token = uint32_t(*by_content_.find(entry.content));
       if (!entry.normalized) {
         raw_.token.push_back(token);
         bytes += entry.content.size();
@@ -192,11 +192,10 @@ class AddedVocabulary {
     index.text[id] = token.content;
     index.present[id] = 1;
     index.special[id] = index.special[id] || token.special;  // Hugging Face: special by content
-    const auto [it, added] = by_content_.emplace(token.content, tokens_.size());
-    if (added)
+    if (by_content_.insert(token.content, int64_t(tokens_.size())))
       tokens_.push_back(token);
     else
-      tokens_[it->second] = token;
+      tokens_[size_t(*by_content_.find(token.content))] = token;
   }
 
   // \w and \s as the Rust regex crate has them (Unicode), for single_word, lstrip and rstrip.
@@ -234,7 +233,7 @@ class AddedVocabulary {
   };
 
   std::vector<AddedToken> tokens_;  // one per content, with the flags of its last entry
-  std::unordered_map<std::string, size_t> by_content_;  // index into tokens_
+  StringTable by_content_;          // index into tokens_
   Matcher raw_, normalized_;
   std::shared_ptr<Regex> word_char_, space_char_;
 };
