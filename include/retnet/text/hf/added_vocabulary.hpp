@@ -153,25 +153,29 @@ class AddedVocabulary {
   /// normalized content.
   void build_matchers(const JsonObject& root, const std::vector<AddedToken>& listed,
                       const std::vector<size_t>& searched, const Normalizer& normalizer) {
-    std::vector<std::string> forms;  // the normalized contents
+    std::vector<std::string> forms;  // the normalized contents, where there is a normalizer
     size_t bytes = 0;
     for (const size_t i : searched) {
       const AddedToken& entry = listed[i];
       const uint32_t token = uint32_t(*by_content_.find(entry.content));
-      if (!entry.normalized) {
-        raw_.token.push_back(token);
-        bytes += entry.content.size();
-      } else {
-        normalized_.token.push_back(token);
-        forms.push_back(normalizer.empty() ? entry.content
-                                           : normalizer.normalize(entry.content, true));
+      (entry.normalized ? normalized_ : raw_).token.push_back(token);
+      if (entry.normalized && !normalizer.empty()) {
+        forms.push_back(normalizer.normalize(entry.content, true));
         bytes += forms.back().size();
+      } else {
+        bytes += entry.content.size();
       }
       if (bytes > kMaxAddedTokenBytes) fail_too_large(root);
     }
-    std::vector<std::string_view> raw_patterns, normalized_patterns(forms.begin(), forms.end());
-    for (const size_t i : searched)
-      if (!listed[i].normalized) raw_patterns.push_back(listed[i].content);
+    std::vector<std::string_view> raw_patterns, normalized_patterns;
+    size_t form = 0;
+    for (const size_t i : searched) {
+      const std::string& content = listed[i].content;
+      if (!listed[i].normalized)
+        raw_patterns.push_back(content);
+      else
+        normalized_patterns.push_back(normalizer.empty() ? content : forms[form++]);
+    }
     raw_.automaton = LeftmostLongestMatcher(raw_patterns);
     normalized_.automaton = LeftmostLongestMatcher(normalized_patterns);
   }
