@@ -359,19 +359,6 @@ TEST(HfTokenizerTest, TruncationAndPadding) {
   EXPECT_EQ(tok.encode("a b c a b", false), (std::vector<int32_t>{2, 3, 1, 2, 0, 0}));
 }
 
-TEST(HfTokenizerTest, AddedTokenIdsAreGivenAsHuggingFaceDoes) {
-  // Hugging Face ignores an added token's "id" (it only warns): a content in the vocabulary
-  // keeps that id, others are numbered from the vocabulary's size on.
-  const std::string json = R"({"version": "1.0", "added_tokens": [
-      {"id": 40, "content": "<x>", "special": true}, {"id": 2, "content": "b", "special": false}],
-      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
-  const HfTokenizer tok = HfTokenizer::from_json(json);
-  EXPECT_EQ(tok.token_to_id("<x>"), 2);
-  EXPECT_EQ(tok.token_to_id("b"), 1);
-  EXPECT_EQ(tok.encode("a<x>b"), (std::vector<int32_t>{0, 2, 1}));
-  EXPECT_EQ(tok.vocab_size(), 3);
-}
-
 // ---- BOS, EOS and the companion files -------------------------------------------------------
 
 TEST(HfTokenizerTest, FixtureBosAndEos) {

@@ -4,19 +4,20 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "retnet/core/json.hpp"
+#include "retnet/text/hf/aho_corasick.hpp"
 #include "retnet/text/hf/bpe_model.hpp"
+#include "retnet/text/hf/hash_tables.hpp"
 #include "retnet/text/hf/normalizers.hpp"
 #include "retnet/text/hf/regex.hpp"
 #include "retnet/text/hf/token_index.hpp"
@@ -34,87 +35,13 @@ struct AddedToken {
   bool special = false;
 };
 
-/// Leftmost-longest search for a set of strings (a byte trie), as the Aho-Corasick automaton
-/// Hugging Face builds for its added tokens.
-class TokenTrie {
- public:
-  TokenTrie() : nodes_(1) { first_.fill(-1); }
-
-  void add(std::string_view s, int32_t value) {
-    if (s.empty()) return;
-    int32_t node = first_[static_cast<unsigned char>(s[0])];
-    if (node < 0) {
-      node = new_node();
-      first_[static_cast<unsigned char>(s[0])] = node;
-    }
-    for (size_t i = 1; i < s.size(); ++i) {
-      const unsigned char c = static_cast<unsigned char>(s[i]);
-      int32_t next = child(node, c);
-      if (next < 0) {
-        next = new_node();
-        nodes_[node].children.emplace_back(c, next);
-      }
-      node = next;
-    }
-    nodes_[node].value = value;
-    empty_ = false;
-  }
-
-  bool empty() const { return empty_; }
-
-  /// The leftmost match at or after `from` (the longest of those starting there).
-  bool find(std::string_view text, size_t from, size_t& begin, size_t& end, int32_t& value) const {
-    for (size_t p = from; p < text.size(); ++p) {
-      int32_t node = first_[static_cast<unsigned char>(text[p])];
-      if (node < 0) continue;
-      int32_t found = -1;
-      size_t found_end = 0;
-      for (size_t q = p + 1;; ++q) {
-        if (nodes_[node].value >= 0) {
-          found = nodes_[node].value;
-          found_end = q;
-        }
-        if (q == text.size()) break;
-        node = child(node, static_cast<unsigned char>(text[q]));
-        if (node < 0) break;
-      }
-      if (found >= 0) {
-        begin = p;
-        end = found_end;
-        value = found;
-        return true;
-      }
-    }
-    return false;
-  }
-
- private:
-  struct Node {
-    std::vector<std::pair<unsigned char, int32_t>> children;
-    int32_t value = -1;
-  };
-  int32_t new_node() {
-    nodes_.emplace_back();
-    return int32_t(nodes_.size() - 1);
-  }
-  int32_t child(int32_t node, unsigned char c) const {
-    for (const auto& [k, v] : nodes_[node].children)
-      if (k == c) return v;
-    return -1;
-  }
-
-  std::vector<Node> nodes_;  // nodes_[0] unused; first_ holds the root's children
-  std::array<int32_t, 256> first_;
-  bool empty_ = true;
-};
-
 class AddedVocabulary {
  public:
   /// Reads tokenizer.json's "added_tokens". Ids as Hugging Face gives them
   /// (AddedVocabulary::add_tokens): a content that is in the model's vocabulary keeps that id,
   /// others are numbered from the vocabulary's size on; tokenizer.json's "id" fields only
-  /// produce a warning there when they differ. Normalized tokens are searched for in
-  /// normalized text, in normalized form.
+  /// produce a warning there when they differ. A repeated content keeps its id and takes the
+  /// later flags. Normalized tokens are searched for in normalized text, in normalized form.
   void parse(const JsonObject& root, const BpeModel& model, const Normalizer& normalizer,
              TokenIndex& index) {
     word_char_ = std::make_shared<Regex>(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])",
@@ -123,33 +50,27 @@ class AddedVocabulary {
     index.special.assign(index.size(), 0);
     if (!root.has("added_tokens")) return;
     const nlohmann::json& list = root.array("added_tokens");
-    int64_t next_id = int64_t(model.token_count());
+    std::vector<AddedToken> listed;
+    listed.reserve(list.size());
+    size_t bytes = 0;
     for (size_t i = 0; i < list.size(); ++i) {
-      AddedToken token = parse_token(root.element("added_tokens", list, i));
-      if (token.content.empty()) continue;
-      if (const auto it = by_content_.find(token.content); it != by_content_.end())
-        token.id = it->second;  // a repeated content updates the earlier entry
-      else if (const auto id = model.token_id(token.content))
-        token.id = *id;
-      else
-        token.id = int32_t(next_id++);
-      record(token, index);
+      listed.push_back(parse_token(root.element("added_tokens", list, i)));
+      bytes += listed.back().content.size();
+      if (bytes > kMaxAddedTokenBytes) fail_too_large(root);
     }
-    for (size_t i = 0; i < tokens_.size(); ++i) {
-      const AddedToken& a = tokens_[i];
-      if (!a.normalized)
-        raw_trie_.add(a.content, int32_t(i));
-      else
-        normalized_trie_.add(normalizer.empty() ? a.content : normalizer.normalize(a.content, true),
-                             int32_t(i));
-    }
+    const std::vector<size_t> searched = add_tokens(listed, model, index);
+    build_matchers(root, listed, searched, normalizer);
   }
 
   /// The id of the added token `content`, if there is one.
   std::optional<int32_t> id(const std::string& content) const {
-    const auto it = by_content_.find(content);
-    return it == by_content_.end() ? std::nullopt : std::optional<int32_t>(it->second);
+    const int64_t* token = by_content_.find(content);
+    return token ? std::optional<int32_t>(tokens_[size_t(*token)].id) : std::nullopt;
   }
+
+  /// At most this many bytes of added tokens (contents, and their normalized forms): the
+  /// matchers take 13 bytes per byte.
+  static constexpr size_t kMaxAddedTokenBytes = size_t(16) << 20;
 
   /// Cuts the added tokens out of `text` (those with normalized=false from raw text, or with
   /// `normalized` those with normalized=true), appending their ids to `out` and passing the
@@ -158,35 +79,27 @@ class AddedVocabulary {
   void split(std::string_view text, bool normalized, bool at_start, bool valid_utf8,
              std::vector<int32_t>& out, OnPiece&& on_piece) const {
     if (text.empty()) return;
-    const TokenTrie& trie = normalized ? normalized_trie_ : raw_trie_;
-    if (trie.empty()) {
-      on_piece(text, at_start);
-      return;
-    }
+    const Matcher& matcher = normalized ? normalized_ : raw_;
     size_t start_offset = 0;
-    size_t from = 0;
-    size_t b = 0;
-    size_t e = 0;
-    int32_t index = 0;
-    while (trie.find(text, from, b, e, index)) {
-      from = e;
-      const AddedToken& token = tokens_[size_t(index)];
-      size_t start = b;
-      size_t stop = e;
+    matcher.automaton.for_each_match(text, [&](size_t begin, size_t end, int32_t pattern) {
+      const AddedToken& token = tokens_[matcher.token[size_t(pattern)]];
+      size_t start = begin;
+      size_t stop = end;
       if (token.single_word) {
         const bool start_space = start == 0 || !ends_with_word(text.substr(0, start), valid_utf8);
         const bool stop_space =
             stop == text.size() || !starts_with_word(text.substr(stop), valid_utf8);
-        if (!start_space || !stop_space) continue;
+        if (!start_space || !stop_space) return;
       }
       if (token.lstrip)
         start = std::max(leftmost_space_at_end(text.substr(0, start), valid_utf8), start_offset);
       if (token.rstrip) stop += rightmost_space_at_start(text.substr(stop), valid_utf8);
       if (start_offset < start)
         on_piece(text.substr(start_offset, start - start_offset), at_start && start_offset == 0);
-      out.push_back(token.id);
-      start_offset = stop;
-    }
+      // Hugging Face drops empty splits: a match whose spaces an rstrip before it took.
+      if (start < stop) out.push_back(token.id);
+      start_offset = std::max(start_offset, stop);
+    });
     if (start_offset < text.size())
       on_piece(text.substr(start_offset), at_start && start_offset == 0);
   }
@@ -204,19 +117,89 @@ class AddedVocabulary {
     return token;
   }
 
+  /// Hugging Face's add_tokens: ids, and the tokens searched for in the order it gives them
+  /// (where two normalize alike, the first is found): the special contents first (their first
+  /// entry), then every other entry that differs from the token its content has so far. A
+  /// match takes the flags of the last entry of its content.
+  std::vector<size_t> add_tokens(const std::vector<AddedToken>& listed, const BpeModel& model,
+                                 TokenIndex& index) {
+    std::vector<size_t> searched;  // indices into `listed`
+    std::unordered_set<std::string_view> special_contents;
+    for (size_t i = 0; i < listed.size(); ++i)
+      if (listed[i].special && !listed[i].content.empty() &&
+          special_contents.insert(listed[i].content).second)
+        searched.push_back(i);
+    tokens_.reserve(listed.size());
+    by_content_.reserve(listed.size());
+    int64_t next_id = int64_t(model.token_count());
+    for (size_t i = 0; i < listed.size(); ++i) {
+      AddedToken token = listed[i];
+      if (token.content.empty()) continue;
+      const int64_t* known = by_content_.find(token.content);
+      if (known && same_token(tokens_[size_t(*known)], token)) continue;
+      if (known)
+        token.id = tokens_[size_t(*known)].id;
+      else if (const auto id = model.token_id(token.content))
+        token.id = *id;
+      else
+        token.id = int32_t(next_id++);
+      record(token, index);
+      if (!special_contents.count(token.content)) searched.push_back(i);
+    }
+    return searched;
+  }
+
+  /// The two matchers: entries with normalized=false by their content, the others by their
+  /// normalized content.
+  void build_matchers(const JsonObject& root, const std::vector<AddedToken>& listed,
+                      const std::vector<size_t>& searched, const Normalizer& normalizer) {
+    std::vector<std::string> forms;  // the normalized contents, where there is a normalizer
+    size_t bytes = 0;
+    for (const size_t i : searched) {
+      const AddedToken& entry = listed[i];
+      const uint32_t token = uint32_t(*by_content_.find(entry.content));
+      (entry.normalized ? normalized_ : raw_).token.push_back(token);
+      if (entry.normalized && !normalizer.empty()) {
+        forms.push_back(normalizer.normalize(entry.content, true));
+        bytes += forms.back().size();
+      } else {
+        bytes += entry.content.size();
+      }
+      if (bytes > kMaxAddedTokenBytes) fail_too_large(root);
+    }
+    std::vector<std::string_view> raw_patterns, normalized_patterns;
+    size_t form = 0;
+    for (const size_t i : searched) {
+      const std::string& content = listed[i].content;
+      if (!listed[i].normalized)
+        raw_patterns.push_back(content);
+      else
+        normalized_patterns.push_back(normalizer.empty() ? content : forms[form++]);
+    }
+    raw_.automaton = LeftmostLongestMatcher(raw_patterns);
+    normalized_.automaton = LeftmostLongestMatcher(normalized_patterns);
+  }
+
+  [[noreturn]] static void fail_too_large(const JsonObject& root) {
+    root.fail("added_tokens", "holds more than " + std::to_string(kMaxAddedTokenBytes) +
+                                  " bytes (16 MiB) of tokens, normalized forms included");
+  }
+
+  static bool same_token(const AddedToken& a, const AddedToken& b) {
+    return a.content == b.content && a.single_word == b.single_word && a.lstrip == b.lstrip &&
+           a.rstrip == b.rstrip && a.normalized == b.normalized && a.special == b.special;
+  }
+
   void record(const AddedToken& token, TokenIndex& index) {
     const size_t id = size_t(token.id);
     index.grow(id + 1);
     index.text[id] = token.content;
     index.present[id] = 1;
     index.special[id] = index.special[id] || token.special;  // Hugging Face: special by content
-    by_content_[token.content] = token.id;
-    const auto same = std::find_if(tokens_.begin(), tokens_.end(),
-                                   [&](const AddedToken& a) { return a.content == token.content; });
-    if (same != tokens_.end())
-      *same = token;
-    else
+    if (by_content_.insert(token.content, int64_t(tokens_.size())))
       tokens_.push_back(token);
+    else
+      tokens_[size_t(*by_content_.find(token.content))] = token;
   }
 
   // \w and \s as the Rust regex crate has them (Unicode), for single_word, lstrip and rstrip.
@@ -247,9 +230,15 @@ class AddedVocabulary {
     return p;
   }
 
-  std::vector<AddedToken> tokens_;
-  std::unordered_map<std::string, int32_t> by_content_;
-  TokenTrie raw_trie_, normalized_trie_;
+  /// One matcher and, by pattern, the index into tokens_ of the token it finds.
+  struct Matcher {
+    LeftmostLongestMatcher automaton;
+    std::vector<uint32_t> token;
+  };
+
+  std::vector<AddedToken> tokens_;  // one per content, with the flags of its last entry
+  StringTable by_content_;          // index into tokens_
+  Matcher raw_, normalized_;
   std::shared_ptr<Regex> word_char_, space_char_;
 };
 
