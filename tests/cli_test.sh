@@ -423,5 +423,58 @@ echo '{}' >"$files/hastok/tokenizer.json"
 expect_usage_error "convert onto a folder with a tokenizer.json" "$files/hastok/tokenizer.json exists" \
   "$retnet" convert -m "$model" -o "$files/hastok" --weights q8
 
+# --- sampleable ids, repeated flags, numbers a flag cannot hold
+# A model vocabulary (torchscale-tiny: 97 ids) larger than its tokenizer's (29 ids, id 27 a
+# gap): generation never samples an id the tokenizer cannot decode; score takes every row.
+mkdir -p "$work/padded"
+cp "$data/torchscale-tiny/config.json" "$data/torchscale-tiny/model.safetensors" "$work/padded/"
+letters=$(i=1; for c in a b c d e f g h i j k l m n o p q r s t u v w x y z; do printf '"%s": %d, ' $c $i; i=$((i + 1)); done)
+printf '%s\n' '{"version": "1.0", "added_tokens": [], "normalizer": null, "pre_tokenizer": null,' \
+  ' "post_processor": null, "decoder": null, "model": {"type": "BPE", "merges": [],' \
+  " \"unk_token\": \"<unk>\", \"vocab\": {\"<unk>\": 0, $letters\".\": 28}}}" >"$work/padded/tokenizer.json"
+for gen in "--temp 0" "--seed 1" "--seed 2" "--seed 3"; do
+  # shellcheck disable=SC2086
+  expect_ok "generate over a padded vocabulary, $gen" "$retnet" generate -m "$work/padded" -p abc -n 40 $gen --threads 1
+  contains "generate over a padded vocabulary decodes 40 tokens, $gen" "$work/err" "decode: 40 tokens"
+  if grep -qxE 'abc([a-z.]|<unk>)*' "$work/out"; then ok; else fail "padded vocabulary, $gen: $(head -c 200 "$work/out")"; fi
+done
+expect_ok "score ids beyond the tokenizer's" "$retnet" score -m "$work/padded" --tokens 1,2,90,96 --json --threads 1
+expect_number "score ids beyond the tokenizer's" "$work/out" tokens "a == 4"
+# --stop accumulates: generation stops before the first of the strings, given in either order.
+expect_ok "generate to pick stop strings" "$retnet" generate -m "$work/padded" -p abc -n 40 --seed 2 --threads 1
+text=$(tail -c +4 "$work/out")
+early=${text:4:2} late=${text:12:2}
+if cut=$(awk -v t="$text" -v a="$early" -v b="$late" 'BEGIN { i = index(t, a); j = index(t, b)
+    if (i == 0 || j <= i) exit 1; print i - 1 }'); then ok; else
+  fail "stop strings '$early' and '$late' do not occur in that order in '$text'"; fi
+for order in "$early $late" "$late $early"; do
+  read -r first second <<<"$order"
+  expect_ok "two --stop, $order" "$retnet" generate -m "$work/padded" -p abc -n 40 --seed 2 \
+    --stop "$first" --stop "$second" --threads 1
+  if [ "$(cat "$work/out")" = "abc${text:0:${cut:-0}}" ]; then ok; else
+    fail "two --stop ($order): '$(cat "$work/out")', expected 'abc${text:0:${cut:-0}}'"; fi
+done
+# Every other flag is refused when repeated, whatever its kind.
+expect_usage_error "--temp twice" "generate: --temp given twice" "$retnet" generate -m "$model" --temp 0.5 --temp 0.7
+expect_usage_error "-m twice" "generate: -m given twice" "$retnet" generate -m "$model" -m "$model"
+expect_usage_error "--seed twice" "generate: --seed given twice" "$retnet" generate -m "$model" --seed 1 --seed 1
+expect_usage_error "a switch twice" "score: --json given twice" "$retnet" score -m "$model" --text hi --json --json
+expect_usage_error "--weights twice" "convert: --weights given twice" "$retnet" convert -m "$model" -o "$work/twice" --weights q8 --weights q4
+expect_ok "generate --help names --stop as repeatable" "$retnet" generate --help
+contains "generate --help names --stop as repeatable" "$work/out" "(may be repeated)"
+# Numbers: what the range check accepts is what the command runs with; a non-zero value too
+# small to hold (0 or a subnormal once a float) is refused, not read as 0.
+expect_usage_error "subnormal --temp" "generate: --temp must be 0 or of magnitude at least 1.17549e-38, got 1e-320" \
+  "$retnet" generate -m "$model" --temp 1e-320
+expect_usage_error "underflowing --temp" "generate: --temp must be 0 or of magnitude at least 1.17549e-38, got 1e-400" \
+  "$retnet" generate -m "$model" --temp 1e-400
+expect_usage_error "subnormal float --top-p" "generate: --top-p must be 0 or of magnitude at least" \
+  "$retnet" generate -m "$model" --top-p 1e-40
+expect_usage_error "overflowing --temp" "generate: --temp must be in [0, 100], got 1e999" "$retnet" generate -m "$model" --temp 1e999
+expect_usage_error "--temp inf" "generate: --temp expects a number, got 'inf'" "$retnet" generate -m "$model" --temp inf
+expect_usage_error "--seed beyond int64" "generate: --seed must be in [0, 9223372036854775807], got 9223372036854775808" \
+  "$retnet" generate -m "$model" --seed 9223372036854775808
+expect_ok "a tiny normal --temp" "$retnet" generate -m "$model" -p hi -n 2 --temp 1e-30 --threads 1
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -267,3 +267,57 @@ TEST(ConfigBad, TooLarge) {
   expect_error<FormatError>([&] { retnet::load_config_json(path); },
                             {path, "more than the 16777216-byte limit for a config file"});
 }
+
+// fla's dims from ratios: int(d * expand) is computed in double and checked before it becomes an
+// integer (beyond int64 the conversion is undefined behaviour); a key dim that truncates to 0
+// is refused, not read as "the default, d".
+namespace {
+
+json fla_config() {
+  std::ifstream in(std::string(RETNET_TEST_DATA_DIR) + "/fla-tiny/config.json");
+  return json::parse(in);
+}
+
+}  // namespace
+
+TEST(ConfigBad, FlaKeyDimTruncatingToZero) {
+  json j = fla_config();  // hidden_size 64
+  j["expand_k"] = 0.01;
+  expect_bad(j, {"key \"expand_k\" = 0.01 gives key dim int(hidden_size * expand_k) = 0.0",
+                 "outside [1, 1048576]"});
+}
+
+TEST(ConfigBad, FlaRatiosBeyondInt64) {
+  for (const auto& [key, dim] : std::vector<std::pair<const char*, const char*>>{
+           {"expand_k", "key dim int(hidden_size * expand_k)"},
+           {"expand_v", "value dim int(hidden_size * expand_v)"},
+           {"hidden_ratio", "intermediate_size 256 * ceil(int(hidden_size * hidden_ratio"}}) {
+    for (const double ratio : {1e300, -1e300, 1.5e17, -3.0}) {
+      SCOPED_TRACE(std::string(key) + " " + std::to_string(ratio));
+      json j = fla_config();
+      j[key] = ratio;
+      expect_bad(j, {"key \"" + std::string(key) + "\" = ", dim, "outside [1, 1048576]"});
+    }
+  }
+  // A size beyond the limits with an invalid d is reported as d's.
+  json j = fla_config();
+  j["hidden_size"] = int64_t(1) << 60;
+  j["expand_v"] = 1e300;
+  expect_bad(j, {"hidden_size = 1152921504606846976 is above the supported 1048576"});
+}
+
+TEST(ConfigBad, FlaStringsAreQuotedBoundedAndEscaped) {
+  const std::string hostile = "\n\x1b[2J" + std::string(1500000, 'x') + "\n\x1b[2J";
+  for (const char* key : {"hidden_act", "feature_map"}) {
+    SCOPED_TRACE(key);
+    json j = fla_config();
+    j[key] = hostile;
+    TempDir dir;
+    const std::string path = write_config(dir, j.dump());
+    const std::string message =
+        expect_error<FormatError>([&] { retnet::load_config_json(path); }, {path, key});
+    EXPECT_LT(message.size(), 400u + path.size());
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+    EXPECT_EQ(message.find('\x1b'), std::string::npos);
+  }
+}

@@ -2,14 +2,19 @@
 // stop conditions, batches of prompts of different lengths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <tuple>
 
+#include "expect_error.hpp"
 #include "retnet/retnet.hpp"
 #include "temp_dir.hpp"
 #include "utf8_check.hpp"
 
 using namespace retnet;
+using retnet::testing::expect_error;
 
 namespace {
 
@@ -214,4 +219,119 @@ TEST(Generation, RejectsAnEmptyPromptAndCorruptStates) {
   EXPECT_THROW(f.generator.generate("", greedy(5)), InvalidArgument);
   std::stringstream garbage("RETNETST-but-not-really");
   EXPECT_THROW(retnet::load_generation_state(garbage, f.model), FormatError);
+}
+
+// A model's vocabulary may be larger than its tokenizer's (a padded embedding), and a
+// tokenizer's ids may have gaps: neither kind of id is ever sampled, whatever its logit.
+namespace {
+
+// Bytes below `size` other than `gaps`: a tokenizer smaller than the byte model's 256 ids.
+class SmallByteTokenizer : public Tokenizer {
+ public:
+  SmallByteTokenizer(int64_t size, std::vector<int32_t> gaps) : size_(size), gaps_(gaps) {}
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (const char c : text) ids.push_back(checked(static_cast<unsigned char>(c)));
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string text;
+    for (const int32_t id : ids) text += decode_token(id);
+    return text;
+  }
+  std::string decode_token(int32_t id) const override {
+    return std::string(1, static_cast<char>(checked(id)));
+  }
+  int64_t vocab_size() const override { return size_; }
+  bool has_id(int32_t id) const override {
+    return id >= 0 && id < size_ && std::find(gaps_.begin(), gaps_.end(), id) == gaps_.end();
+  }
+
+ private:
+  int32_t checked(int32_t id) const {
+    if (!has_id(id)) throw InvalidArgument("token id " + std::to_string(id) + " is not a token");
+    return id;
+  }
+  int64_t size_;
+  std::vector<int32_t> gaps_;
+};
+
+std::vector<int32_t> every_seventh_below(int32_t n) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < n; id += 7) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace
+
+TEST(SampleableIds, TheLargestLogitsBeyondTheLimitOrInAGapAreNeverSampled) {
+  // Ids 0..5 are sampleable but 2; 6..9 are padding. The padding and the gap have the largest
+  // logits, so every mode would pick them without the limit.
+  const std::vector<float> logits = {0.5f, 1.0f, 9.0f, -1.0f, 0.0f, 0.25f, 8.0f, 9.5f, 7.0f, 10.0f};
+  const SampleableIds sampleable{6, {2}};
+  for (const auto& [temperature, top_k, top_p] : std::vector<std::tuple<float, int, float>>{
+           {0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {1.0f, 3, 1.0f}, {1.0f, 0, 0.5f}, {5.0f, 8, 0.99f}}) {
+    SamplerParams params;
+    params.temperature = temperature, params.top_k = top_k, params.top_p = top_p;
+    params.repeat_penalty = 1.2f;  // a recent padded id is checked, not penalised or sampled
+    Sampler sampler(params, sampleable);
+    const std::vector<int32_t> recent = {9, 1};
+    for (int i = 0; i < 300; ++i) {
+      const int32_t id = sampler.sample(logits.data(), 10, recent);
+      EXPECT_TRUE(id >= 0 && id < 6 && id != 2) << id << " at temperature " << temperature;
+    }
+    const std::vector<float> p = sampler.probabilities(logits.data(), 10, recent);
+    ASSERT_EQ(p.size(), 10u);
+    for (const int32_t id : {2, 6, 7, 8, 9}) EXPECT_EQ(p[size_t(id)], 0.0f) << id;
+  }
+  Sampler greedy(SamplerParams{0.0f}, sampleable);
+  EXPECT_EQ(greedy.sample(logits.data(), 10, {}), 1);  // the largest sampleable logit
+  const float masked = -std::numeric_limits<float>::infinity();
+  const std::vector<float> only_padding = {masked, masked, 3.0f, masked, masked, masked, 1.0f};
+  expect_error<InvalidArgument>([&] { greedy.sample(only_padding.data(), 7, {}); },
+                                {"every logit of a sampleable id is -inf"});
+  expect_error<InvalidArgument>(
+      [&] {
+        (void)Sampler(SamplerParams{}, SampleableIds{0, {}});
+      },
+      {"limit must be > 0"});
+}
+
+TEST(SampleableIds, AreTheIdsTheTokenizerCanDecode) {
+  const SampleableIds bytes = sampleable_ids(ByteTokenizer());
+  EXPECT_EQ(bytes.limit, 256);
+  EXPECT_TRUE(bytes.excluded.empty());
+  const SampleableIds small = sampleable_ids(SmallByteTokenizer(100, {3, 50}));
+  EXPECT_EQ(small.limit, 100);
+  EXPECT_EQ(small.excluded, (std::vector<int32_t>{3, 50}));
+}
+
+TEST(Generation, AModelVocabularyLargerThanTheTokenizersGeneratesOnlyItsIds) {
+  // The byte model has 256 ids; the tokenizer 100, less every seventh. Without the limit the
+  // model's own distribution reaches both kinds of id (checked first, through a 256-id
+  // tokenizer), and decoding one of them would throw.
+  Fixture f;
+  const SmallByteTokenizer small(100, every_seventh_below(100));
+  Generator<double> generator(f.model, small);
+  const std::string prompt = "HELLO ";  // bytes below 100, none a multiple of 7
+  int64_t beyond = 0, in_gaps = 0, sampled = 0;
+  for (const uint64_t seed : {1u, 2u, 3u, 4u}) {
+    auto params = greedy(50);
+    params.sampler.temperature = 1.5f;
+    params.sampler.seed = seed;
+    for (const int32_t id : f.generator.generate(prompt, params).tokens) {
+      beyond += id >= 100;
+      in_gaps += id < 100 && !small.has_id(id);
+    }
+    const GenerationResult r = generator.generate(prompt, params);
+    EXPECT_EQ(r.tokens.size(), 50u);
+    for (const int32_t id : r.tokens) EXPECT_TRUE(small.has_id(id)) << id;
+    EXPECT_EQ(r.text, small.decode(r.tokens));
+    sampled += int64_t(r.tokens.size());
+  }
+  EXPECT_GT(beyond, 0);
+  EXPECT_GT(in_gaps, 0);
+  EXPECT_EQ(sampled, 200);
+  const GenerationResult g = generator.generate(prompt, greedy(50));
+  for (const int32_t id : g.tokens) EXPECT_TRUE(small.has_id(id)) << id;
 }

@@ -15,7 +15,9 @@
 //
 // The same declarations parse the command line, check it and write --help
 // (parse_command_line, flags_help), so a flag read under a wrong name does not compile. A bad
-// flag is a UsageError with one line that names the command, the flag and the problem.
+// flag is a UsageError with one line that names the command, the flag and the problem. A flag
+// is given at most once ("--temp given twice"), except those declared as lists (`list`), whose
+// values accumulate in order.
 #pragma once
 
 #include <algorithm>
@@ -60,8 +62,10 @@ struct Choice {
 };
 
 /// How one flag's text becomes a value of type T. Integers are read as 64-bit and numbers as
-/// doubles; anything malformed or outside the range is refused, never wrapped or saturated.
-/// A refusal throws FlagValueError with what follows the flag's name in the message.
+/// doubles; anything malformed or outside the range is refused, never wrapped or saturated,
+/// and so is a non-zero number too small for T to hold as a normal value (1e-320 would be 0 or
+/// a subnormal: a temperature of 0 means greedy, not "tiny"). A refusal throws FlagValueError
+/// with what follows the flag's name in the message.
 namespace flag_values {
 
 struct FlagValueError {
@@ -118,10 +122,16 @@ T read(const std::string& text, const std::optional<Range<T>>& range) {
   } else {
     static_assert(std::is_floating_point_v<T>, "flags are strings, integers, numbers or enums");
     char* end = nullptr;
+    errno = 0;
     const double x = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(x))
+    const bool out_of_range = errno == ERANGE;  // beyond a double's range, or below its normal
+    if (text.empty() || *end != '\0' || std::isnan(x) || (std::isinf(x) && !out_of_range))
       throw FlagValueError{" expects a number, got '" + text + "'"};
-    check_range(x, false, effective_range(range), text);
+    check_range(x, out_of_range && std::isinf(x), effective_range(range), text);
+    const double smallest = static_cast<double>(std::numeric_limits<T>::min());
+    if ((out_of_range && !std::isinf(x)) || (x != 0 && std::fabs(x) < smallest))
+      throw FlagValueError{" must be 0 or of magnitude at least " + format(smallest) + ", got " +
+                           text};
     return static_cast<T>(x);
   }
 }
@@ -192,9 +202,20 @@ class FlagTable {
     add(name, nullptr, help, "", false, [&member](const std::string&) { member = true; });
   }
 
-  /// Reads the arguments into the members: every given value is checked, and of a repeated flag
-  /// the last is kept. Returns whether -h or --help was among them, in which case a required
-  /// flag may be missing.
+  /// A flag that may be given any number of times: its values in the order given (none when
+  /// absent). Every other flag is refused when given twice.
+  template <typename T>
+  void list(std::vector<T>& member, const char* name, const char* value_name, const char* help) {
+    member.clear();
+    add(name, value_name, help, "", false, [&member](const std::string& text) {
+      member.push_back(flag_values::read<T>(text, std::nullopt));
+    });
+    slots_.back().repeatable = true;
+  }
+
+  /// Reads the arguments into the members: every given value is checked, and a flag that is
+  /// not a list is refused when given twice. Returns whether -h or --help was among them, in
+  /// which case a required flag may be missing.
   bool parse(int argc, char** argv) {
     bool help = false;
     std::vector<std::pair<Slot*, std::string>> given;
@@ -210,6 +231,9 @@ class FlagTable {
                          " --help)");
       if (slot->value_name && i + 1 >= argc)
         throw UsageError(command_ + ": " + arg + " needs a value");
+      if (!slot->repeatable &&
+          std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.first == slot; }))
+        throw UsageError(command_ + ": " + arg + " given twice");
       given.emplace_back(slot, slot->value_name ? argv[++i] : "");
     }
     for (auto& [slot, text] : given) {
@@ -232,7 +256,8 @@ class FlagTable {
     for (const Slot& f : slots_) {
       std::string left = "  " + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
       left.resize(std::max<size_t>(left.size() + 2, 24), ' ');
-      out += left + f.help + (f.fallback.empty() ? "" : " (default " + f.fallback + ")") + "\n";
+      out += left + f.help + (f.fallback.empty() ? "" : " (default " + f.fallback + ")") +
+             (f.repeatable ? " (may be repeated)" : "") + "\n";
     }
     return out;
   }
@@ -261,6 +286,7 @@ class FlagTable {
     bool required;
     std::function<void(const std::string&)> set;  // parses, checks and stores a given value
     bool given = false;
+    bool repeatable = false;  // a list: each value given is appended
   };
 
   void add(const char* name, const char* value_name, const char* help, std::string fallback,

@@ -11,6 +11,7 @@
 #include <retnet/retnet.hpp>
 #include <retnet/tokenizers.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/common.hpp"
 
@@ -28,7 +29,8 @@ struct GenerateFlags {
   std::optional<int> threads;
   std::optional<Index> chunk_size;
   std::optional<WeightType> weights;
-  std::optional<std::string> stop, save_state, load_state;
+  std::vector<std::string> stop;
+  std::optional<std::string> save_state, load_state;
 
   void declare(FlagTable& f) {
     declare_model(f, model);
@@ -46,7 +48,8 @@ struct GenerateFlags {
     tools::declare_threads(f, threads);
     declare_chunk_size(f, chunk_size);
     tools::declare_weights(f, weights);
-    f.optional(stop, "--stop", "TEXT", "stop before this text appears");
+    f.list(stop, "--stop", "TEXT",
+           "stop before this text appears (several: before the first to appear)");
     f.optional(save_state, "--save-state", "F", "after reading the prompt, save the state to F");
     f.optional(load_state, "--load-state", "F",
                "start from a state saved by --save-state (the prompt, if any, follows it)");
@@ -62,7 +65,7 @@ struct GenerateFlags {
     params.sampler.seed = static_cast<uint64_t>(seed);
     params.sampler.validate();
     params.chunk_size = chunk_size.value_or(0);
-    if (stop) params.stop_strings.push_back(*stop);
+    params.stop_strings = stop;
     return params;
   }
 };

@@ -134,6 +134,7 @@ class Engine {
     RETNET_REQUIRE(options_.max_batch >= 1, "max_batch must be >= 1");
     RETNET_REQUIRE(options_.prefill_chunk >= 1, "prefill_chunk must be >= 1");
     sample_vocab_ = std::min<int64_t>(model_.config().vocab_size, tokenizer_.vocab_size());
+    sampleable_ = sampleable_ids(tokenizer_);
     end_token_ = tokenizer_.eos_id();
     thread_ = std::thread([this] { run(); });
   }
@@ -286,7 +287,7 @@ class Engine {
     r->started = Clock::now();
     JobParams& p = r->job->params_;
     try {
-      r->sampler.emplace(p.sampler);
+      r->sampler.emplace(p.sampler, sampleable_);
       r->text = TextStream(p.stop);
       // The state has read everything before `pending`. A fresh sequence reads all but the last
       // prompt token; a continued one first reads the token its last request left pending.
@@ -421,7 +422,9 @@ class Engine {
 
   /// Samples one sequence's next token from its logits and hands on its text.
   Outcome advance(Running& r, const float* logits) {
-    const int32_t token = r.sampler->sample(logits, sample_vocab_, r.recent);
+    // The whole row: a prompt's ids may lie beyond the tokenizer's (its repeat penalty reads
+    // them); the sampler draws only ids the tokenizer can decode.
+    const int32_t token = r.sampler->sample(logits, model_.config().vocab_size, r.recent);
     if (r.produced == 0) r.first_token = Clock::now();
     ++r.produced;
     r.recent.push_back(token);
@@ -497,6 +500,7 @@ class Engine {
   const Tokenizer& tokenizer_;
   const EngineOptions options_;
   int64_t sample_vocab_ = 0;
+  SampleableIds sampleable_;  // the ids the tokenizer can decode: the only ones sampled
   std::optional<int32_t> end_token_;
 
   // Shared with submitting threads.

@@ -6,6 +6,8 @@
 // then checks the sizes against each other.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -96,6 +98,22 @@ inline Activation read_activation(const JsonObject& json, const FamilyTable& tab
   return *activation;
 }
 
+/// A dim computed in double from d and a ratio (Python's int(...): truncation towards zero),
+/// as an integer. With d valid, a dim outside [1, kMaxDim] is refused naming the ratio's key
+/// and the dim ("expand_k = 0.01 gives key dim int(hidden_size * expand_k) = 0"), where a key
+/// dim of 0 would otherwise read as "the default, d". With d itself invalid, which
+/// ModelConfig::validate reports, the value is only brought into int64's range first (a double
+/// beyond it has no integer value: converting one is undefined behaviour).
+inline int64_t dim_from_ratio(const JsonObject& json, const ModelConfig& c, double dim,
+                              const char* ratio_key, double ratio, const std::string& what) {
+  constexpr double kMax = double(ModelConfig::kMaxDim), kLimit = 0x1p62;
+  if (c.embed_dim > 0 && c.embed_dim <= ModelConfig::kMaxDim && !(dim >= 1 && dim <= kMax))
+    json.fail(ratio_key, "= " + nlohmann::json(ratio).dump() + " gives " + what + " = " +
+                             nlohmann::json(dim).dump() + ", outside [1, " +
+                             std::to_string(ModelConfig::kMaxDim) + "]");
+  return static_cast<int64_t>(std::clamp(dim, -kLimit, kLimit));
+}
+
 /// The sizes: d, H, L, the value and key dims, the kv heads and F.
 inline void read_sizes(const JsonObject& json, const FamilyConfigKeys& k, ModelConfig& c) {
   const auto size = [&](const char* key, int64_t fallback) {
@@ -105,13 +123,14 @@ inline void read_sizes(const JsonObject& json, const FamilyConfigKeys& k, ModelC
   c.embed_dim = json.integer(k.embed_dim);
   if (k.value_dim) c.value_embed_dim = json.integer(k.value_dim);
   c.heads = json.integer(k.heads);
-  // Python's int(d * expand): truncation towards zero of the double product.
-  const auto times = [&](const char* ratio_key, double fallback) {
+  const std::string d_key = k.embed_dim;
+  const auto times = [&](const char* ratio_key, double fallback, const char* what) {
     const double ratio = json.optional_number(ratio_key).value_or(fallback);
-    return static_cast<int64_t>(double(c.embed_dim) * ratio);
+    return dim_from_ratio(json, c, std::trunc(double(c.embed_dim) * ratio), ratio_key, ratio,
+                          std::string(what) + " int(" + d_key + " * " + ratio_key + ")");
   };
-  if (k.value_ratio) c.value_embed_dim = times(k.value_ratio, k.value_ratio_default);
-  if (k.key_ratio) c.key_embed_dim = times(k.key_ratio, k.key_ratio_default);
+  if (k.value_ratio) c.value_embed_dim = times(k.value_ratio, k.value_ratio_default, "value dim");
+  if (k.key_ratio) c.key_embed_dim = times(k.key_ratio, k.key_ratio_default, "key dim");
   if (k.kv_heads) {
     c.kv_heads = json.optional_integer(k.kv_heads).value_or(0);
     if (json.has(k.kv_heads) && c.kv_heads <= 0)
@@ -123,8 +142,11 @@ inline void read_sizes(const JsonObject& json, const FamilyConfigKeys& k, ModelC
     const double ratio = !json.value().contains(k.ffn_ratio)
                              ? k.ffn_ratio_default
                              : json.optional_number(k.ffn_ratio).value_or(k.ffn_ratio_null);
-    const auto near = static_cast<int64_t>(double(c.embed_dim) * ratio * 2.0 / 3.0);
-    c.ffn_dim = 256 * ((near + 255) / 256);
+    const double near = std::trunc(double(c.embed_dim) * ratio * 2.0 / 3.0);
+    const double rounded = 256.0 * std::ceil(near / 256.0);
+    c.ffn_dim = dim_from_ratio(json, c, rounded, k.ffn_ratio, ratio,
+                               std::string(k.ffn_dim) + " 256 * ceil(int(" + d_key + " * " +
+                                   k.ffn_ratio + " * 2/3) / 256)");
   }
   c.layers = size(k.layers, k.layers_default);
 }

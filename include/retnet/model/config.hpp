@@ -50,6 +50,10 @@ struct ModelConfig {
   int64_t key_head_dim() const { return key_dim() / heads; }
   int64_t value_head_dim() const { return value_embed_dim / heads; }
 
+  /// The largest d, value, key and FFN dims: far above any published model, so that products of
+  /// sizes stay exact in int64.
+  static constexpr int64_t kMaxDim = int64_t(1) << 20;
+
   /// Throws FormatError naming the first inconsistent field (by the family's key names).
   void validate() const {
     const FamilyConfigKeys& k = family_table(family).keys;
@@ -68,7 +72,7 @@ struct ModelConfig {
     positive(ffn_dim, ffn_key);
     positive(layers, layers_key);
     positive(chunk_size, "recurrent_chunk_size");
-    // Bounds far above any published model, so that products of sizes stay exact in int64.
+    // Bounds far above any published model (kMaxDim for the dims).
     const auto at_most = [](int64_t v, int64_t limit, const std::string& key) {
       if (v > limit)
         throw FormatError("config: " + key + " = " + std::to_string(v) +
@@ -79,7 +83,7 @@ struct ModelConfig {
                                  {value_embed_dim, dv_key},
                                  {key_embed_dim, "key dim"},
                                  {ffn_dim, ffn_key}})
-      at_most(v, int64_t(1) << 20, key);
+      at_most(v, kMaxDim, key);
     at_most(heads, 4096, h_key);
     at_most(kv_heads, 4096, kv_key);
     at_most(layers, 4096, layers_key);

@@ -41,16 +41,28 @@ struct GenerationResult {
   double prompt_seconds = 0, decode_seconds = 0;
 };
 
+/// The ids a model may generate with `tokenizer`: those it can decode, below its vocab_size()
+/// (a model's padded vocabulary may be larger) and none of the gaps in its ids.
+inline SampleableIds sampleable_ids(const Tokenizer& tokenizer) {
+  SampleableIds ids;
+  ids.limit = tokenizer.vocab_size();
+  for (int64_t id = 0; id < ids.limit; ++id)
+    if (!tokenizer.has_id(static_cast<int32_t>(id)))
+      ids.excluded.push_back(static_cast<int32_t>(id));
+  return ids;
+}
+
 /// Called with (sequence index, token, text piece) as text becomes final.
 using TokenCallback = std::function<void(Index, int32_t, const std::string&)>;
 
 /// Reads prompts and generates text with one model. The model is shared (const); a Generator
-/// owns its workspace, so each thread uses its own Generator.
+/// owns its workspace, so each thread uses its own Generator. It samples only ids the tokenizer
+/// can decode (sampleable_ids); scoring is unaffected.
 template <typename Scalar>
 class Generator {
  public:
   Generator(const RetNetModel<Scalar>& model, const Tokenizer& tokenizer)
-      : model_(model), tokenizer_(tokenizer) {}
+      : model_(model), tokenizer_(tokenizer), sampleable_(sampleable_ids(tokenizer)) {}
 
   /// Encodes `prompt` and reads all but its last token (chunkwise by default): the state that
   /// decoding starts from, with the time it took.
@@ -147,7 +159,7 @@ class Generator {
     for (Index b = 0; b < batch; ++b) {
       SamplerParams sp = params.sampler;
       sp.seed += static_cast<uint64_t>(b);  // independent streams, reproducible per sequence
-      samplers.emplace_back(sp);
+      samplers.emplace_back(sp, sampleable_);
       next[b] = states[b].pending;
       results[b].prompt_tokens = states[b].prompt_tokens;
       results[b].prompt_seconds = states[b].prompt_seconds;
@@ -221,6 +233,7 @@ class Generator {
 
   const RetNetModel<Scalar>& model_;
   const Tokenizer& tokenizer_;
+  SampleableIds sampleable_;
   Workspace<Scalar> workspace_;
   Matrix<Scalar> logits_;
 };

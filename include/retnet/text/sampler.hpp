@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "retnet/core/error.hpp"
@@ -86,13 +87,25 @@ class Xoshiro256 {
 
 }  // namespace detail
 
+/// The ids a Sampler may return: those below `limit` other than `excluded`. A model's
+/// vocabulary may be larger than its tokenizer's (a padded embedding) and a tokenizer's ids may
+/// have gaps; an id the tokenizer cannot decode is never sampled, whatever its logit
+/// (generate.hpp's sampleable_ids builds this from a Tokenizer). The default allows every id.
+struct SampleableIds {
+  int64_t limit = std::numeric_limits<int64_t>::max();
+  std::vector<int32_t> excluded;  // ids below `limit` that are never sampled
+};
+
 /// Draws token ids from logits. Holds its generator and scratch buffers, so it is not
 /// thread-safe; after the first call with a given vocabulary size, sample() allocates
 /// nothing.
 class Sampler {
  public:
-  explicit Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {
+  explicit Sampler(const SamplerParams& params, SampleableIds sampleable = {})
+      : params_(params), rng_(params.seed), sampleable_(std::move(sampleable)) {
     params_.validate();
+    RETNET_REQUIRE(sampleable_.limit > 0, "Sampler: the sampleable ids' limit must be > 0, got " +
+                                              std::to_string(sampleable_.limit));
   }
 
   const SamplerParams& params() const { return params_; }
@@ -103,7 +116,8 @@ class Sampler {
     rng_ = detail::Xoshiro256(seed);
   }
 
-  /// Next token from `logits[0..vocab)`. `recent` holds the previous tokens (prompt and
+  /// Next token from `logits[0..vocab)`, one of the sampleable ids (their logits only are read:
+  /// the others count as -inf). `recent` holds the previous tokens (prompt and
   /// generated, oldest first); its last repeat_last_n entries are penalised.
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
     const int64_t n = prepare(logits, vocab, recent);
@@ -140,10 +154,10 @@ class Sampler {
   static constexpr double kTopPSlack = 1e-6;
 
   // Leaves the kept token ids in ids_[0..n) and their normalised probabilities in
-  // probs_[0..n); returns n >= 1.
+  // probs_[0..n); returns n >= 1. The candidates are ids below the sampleable limit.
   int64_t prepare(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
     copy_checked_logits(logits, vocab);
-    const auto v = static_cast<size_t>(vocab);
+    const auto v = work_.size();
     apply_repeat_penalty(vocab, recent);
 
     ids_.resize(v);
@@ -162,9 +176,9 @@ class Sampler {
     const auto more_likely = [this](int32_t a, int32_t b) {
       return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
     };
-    int64_t n = vocab;
+    int64_t n = static_cast<int64_t>(v);
     bool sorted = false;
-    if (params_.top_k > 0 && params_.top_k < vocab) {
+    if (params_.top_k > 0 && params_.top_k < n) {
       n = params_.top_k;
       std::partial_sort(ids_.begin(), ids_.begin() + n, ids_.end(), more_likely);
       sorted = true;
@@ -194,9 +208,9 @@ class Sampler {
     return n;
   }
 
-  // Copies the logits into work_ (reusing its capacity: no allocation once warm) after checking
-  // them. Plain ifs rather than require(): its message would be built, and allocated, on every
-  // call.
+  // Copies the logits of the ids below the sampleable limit into work_ (reusing its capacity: no
+  // allocation once warm), the excluded ids' as -inf, and checks them. Plain ifs rather than
+  // require(): its message would be built, and allocated, on every call.
   void copy_checked_logits(const float* logits, int64_t vocab) {
     if (vocab <= 0)
       throw InvalidArgument("Sampler: vocab must be > 0, got " + std::to_string(vocab));
@@ -204,8 +218,11 @@ class Sampler {
       throw InvalidArgument("Sampler: vocab " + std::to_string(vocab) +
                             " does not fit int32 token ids");
     if (logits == nullptr) throw InvalidArgument("Sampler: logits is null");
-    const auto v = static_cast<size_t>(vocab);
+    const auto v = static_cast<size_t>(std::min(vocab, sampleable_.limit));
     work_.assign(logits, logits + v);
+    for (const int32_t id : sampleable_.excluded)
+      if (id >= 0 && static_cast<size_t>(id) < v)
+        work_[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
     // -inf is allowed (a masked token); NaN or +inf means the model output is broken.
     bool any_finite = false;
     for (size_t i = 0; i < v; ++i) {
@@ -215,7 +232,10 @@ class Sampler {
                               " (NaN or +inf)");
       any_finite = any_finite || std::isfinite(x);
     }
-    if (!any_finite) throw InvalidArgument("Sampler: every logit is -inf");
+    if (!any_finite)
+      throw InvalidArgument(v == static_cast<size_t>(vocab) && sampleable_.excluded.empty()
+                                ? "Sampler: every logit is -inf"
+                                : "Sampler: every logit of a sampleable id is -inf");
   }
 
   // The smallest prefix of the n sorted candidates whose probability (probs_ / sum) reaches
@@ -236,7 +256,8 @@ class Sampler {
 
   // CTRL-style penalty, as in llama.cpp: each distinct token among the last
   // repeat_last_n of `recent` has a positive logit divided by the penalty and a
-  // non-positive one multiplied, so both move toward "less likely" when penalty > 1.
+  // non-positive one multiplied, so both move toward "less likely" when penalty > 1. Ids
+  // beyond the candidates in work_ are checked but have no logit to penalise.
   void apply_repeat_penalty(int64_t vocab, const std::vector<int32_t>& recent) {
     if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0 || recent.empty()) return;
     const size_t window = std::min(recent.size(), static_cast<size_t>(params_.repeat_last_n));
@@ -251,6 +272,7 @@ class Sampler {
       }
       if (seen_[id]) continue;
       seen_[id] = 1;
+      if (static_cast<size_t>(id) >= work_.size()) continue;
       float& x = work_[id];
       x = x > 0.0f ? x / params_.repeat_penalty : x * params_.repeat_penalty;
       if (x == std::numeric_limits<float>::infinity()) {
@@ -265,6 +287,7 @@ class Sampler {
 
   SamplerParams params_;
   detail::Xoshiro256 rng_;
+  SampleableIds sampleable_;
   std::vector<float> work_;    // penalised logits
   std::vector<int32_t> ids_;   // candidate ids, most likely first once sorted
   std::vector<double> probs_;  // probabilities of ids_[i]

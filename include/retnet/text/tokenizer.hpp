@@ -34,6 +34,9 @@ class Tokenizer {
   /// Number of ids the tokenizer can produce (ids are below it); the model's vocabulary may
   /// be larger.
   virtual int64_t vocab_size() const = 0;
+  /// Whether `id` is a token, which decode and decode_token accept: every id below
+  /// vocab_size() unless the vocabulary has gaps (HfTokenizer: ids no token is given).
+  virtual bool has_id(int32_t id) const { return id >= 0 && id < vocab_size(); }
   /// Id that ends generation, if the tokenizer has one (the first of eos_ids()).
   virtual std::optional<int32_t> eos_id() const { return std::nullopt; }
   /// Every id that ends generation (some models stop on several, e.g. Llama 3 instruct).

@@ -131,6 +131,7 @@ class HfTokenizer : public Tokenizer {
   }
 
   int64_t vocab_size() const override { return int64_t(tokens_.size()); }
+  bool has_id(int32_t id) const override { return tokens_.has(id); }
   std::optional<int32_t> eos_id() const override {
     return eos_ids_.empty() ? std::nullopt : std::optional<int32_t>(eos_ids_.front());
   }
