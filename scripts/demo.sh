@@ -5,4 +5,6 @@ source "$(dirname "$0")/common.sh"
 install_dependencies
 build build -DRETNET_BUILD_TOOLS=ON -DRETNET_BUILD_TESTS=OFF -DRETNET_BUILD_BENCHMARKS=OFF \
   -DRETNET_BUILD_EXAMPLES=OFF
-./build/tools/retnet generate -m models/shakespeare -p "ROMEO:" -n 300 --temp 0.8 --seed 1 "$@"
+# Arguments, when given, replace the demo's generation flags (a flag may be given only once).
+if [ $# -eq 0 ]; then set -- -p "ROMEO:" -n 300 --temp 0.8 --seed 1; fi
+./build/tools/retnet generate -m models/shakespeare "$@"
