@@ -212,8 +212,9 @@ ModelState<Scalar> read_state_body(std::istream& in, const uint64_t (&dims)[5],
   return s;
 }
 
-// The body of a stream of unknown length (a pipe): the declared `total` bytes taken in blocks
-// first, so that memory follows the bytes that really arrive, not what the header claims.
+// The body of a stream of unknown length (a pipe): the declared `total` bytes (positions, data
+// and checksum) taken in blocks first, so that memory follows the bytes that really arrive, not
+// what the header claims.
 template <typename Scalar>
 ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&dims)[5],
                                              uint64_t total, const std::string& source,
@@ -224,10 +225,10 @@ ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&
     body.resize(static_cast<size_t>(done) + n);
     in.read(&body[static_cast<size_t>(done)], static_cast<std::streamsize>(n));
     if (static_cast<size_t>(in.gcount()) != n)
-      throw FormatError(source + ": state declares batch " + std::to_string(dims[1]) + ": " +
-                        std::to_string(total) + " bytes of positions and state, but the " +
-                        "stream ended after " + std::to_string(done + in.gcount()) +
-                        " (truncated or corrupt)");
+      throw FormatError(
+          source + ": state declares batch " + std::to_string(dims[1]) + ": " +
+          std::to_string(total) + " bytes of positions, state and checksum, but the " +
+          "stream ended after " + std::to_string(done + in.gcount()) + " (truncated or corrupt)");
     done += n;
   }
   struct View : std::streambuf {  // reads `body` in place (istringstream would copy it)
