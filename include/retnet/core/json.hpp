@@ -107,8 +107,10 @@ class BoundedJsonBuilder {
     bytes_ += bytes;
     if (bytes_ <= max_bytes_) return true;
     error_ = "would take more than " + mib(max_bytes_) +
-             " of memory once parsed (the limit for a text of this size: 64 MiB + 2 bytes " +
-             "per byte of text, values counted as in FORMATS.md, \"JSON limits\")";
+             " of memory once parsed (the limit for a text of this size: " +
+             std::to_string(kJsonMemoryBaseBytes >> 20) + " MiB + " +
+             std::to_string(kJsonMemoryBytesPerTextByte) +
+             " bytes per byte of text, values counted as in FORMATS.md, \"JSON limits\")";
     return false;
   }
   /// The memory estimated so far, in bytes.
