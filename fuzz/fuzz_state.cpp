@@ -1,11 +1,14 @@
 // libFuzzer target: treats the input as a state file of a small model (2 layers, 2 heads,
 // dk 4, 5 columns, float, fingerprint kFingerprint) and loads it as a whole file, once from a
 // seekable stream and once from a stream that cannot seek (a pipe), so both size checks run.
+// Each input is loaded as it is and once more with its last 4 bytes replaced by the CRC-32 of
+// the bytes before them, so that mutations reach the checks behind the checksum too.
 // Only retnet::Error may escape; a crash, a sanitizer report (including allocating more than
 // libFuzzer's memory limit), another exception or a broken invariant is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <streambuf>
 #include <string>
@@ -57,14 +60,24 @@ void load(std::istream& in) {
   }
 }
 
+void load_both_ways(const std::string& bytes) {
+  std::istringstream seekable(bytes);
+  load(seekable);
+  UnseekableBuffer buffer(bytes.data(), bytes.size());
+  std::istream pipe(&buffer);
+  load(pipe);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const char* bytes = reinterpret_cast<const char*>(data);
-  std::istringstream seekable(std::string(bytes, size));
-  load(seekable);
-  UnseekableBuffer buffer(bytes, size);
-  std::istream pipe(&buffer);
-  load(pipe);
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  load_both_ways(bytes);
+  if (size >= retnet::kStateChecksumBytes) {
+    const size_t end = size - retnet::kStateChecksumBytes;
+    const uint32_t crc = retnet::detail::state_crc32(bytes.data(), end);
+    std::memcpy(&bytes[end], &crc, sizeof crc);
+    load_both_ways(bytes);
+  }
   return 0;
 }

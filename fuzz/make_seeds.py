@@ -11,6 +11,7 @@ import json
 import math
 import os
 import struct
+import zlib
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEEP = 100000  # deep enough to overflow a recursive DOM walk: a 200 KB header
@@ -106,8 +107,8 @@ T = "corpus_state"
 FP = 0x0123456789abcdef
 
 
-def state(batch=1, positions=None, values=None, version=2, fingerprint=FP, dims=(2, 2, 4, 5),
-          scalar=4, declared_batch=None):
+def state(batch=1, positions=None, values=None, version=3, fingerprint=FP, dims=(2, 2, 4, 5),
+          scalar=4, declared_batch=None, checksum=True):
     layers, heads, dk, cols = dims
     positions = positions if positions is not None else [3] * batch
     count = layers * batch * heads * dk * cols
@@ -116,6 +117,8 @@ def state(batch=1, positions=None, values=None, version=2, fingerprint=FP, dims=
     out += struct.pack("<5Q", layers, declared_batch or batch, heads, dk, cols)
     out += struct.pack("<%dq" % len(positions), *positions)
     out += struct.pack("<%df" % len(values), *values)
+    if checksum:  # CRC-32 of every byte before it (the same polynomial as zlib's)
+        out += struct.pack("<I", zlib.crc32(out))
     return out
 
 
@@ -127,5 +130,8 @@ write(T, "negative_position", state(positions=[-1]))
 write(T, "trailing", state() + b"extra")
 write(T, "nan_value", state(values=[float("nan")] + [0.0] * 79))
 write(T, "other_model", state(fingerprint=12345))
-write(T, "version1", state(version=1))
+write(T, "version1", state(version=1, checksum=False))
+write(T, "version2", state(version=2, checksum=False))
 write(T, "truncated", state()[:100])
+write(T, "bad_checksum", state()[:-1] + b"\0")
+write(T, "no_checksum", state(checksum=False))

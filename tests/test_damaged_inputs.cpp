@@ -140,6 +140,13 @@ void put64(std::string& bytes, size_t at, uint64_t v) {
   std::memcpy(&bytes[at], &v, 8);
 }
 
+// Writes the CRC-32 that ends a state file over its edited bytes.
+void reseal_state(std::string& bytes) {
+  const size_t end = bytes.size() - retnet::kStateChecksumBytes;
+  const uint32_t crc = retnet::detail::state_crc32(bytes.data(), end);
+  std::memcpy(&bytes[end], &crc, sizeof crc);
+}
+
 struct DamagedCase {
   std::string name;
   std::function<void(const std::string&)> make;  // lays out the files in a fresh folder
@@ -331,6 +338,7 @@ std::vector<DamagedCase> cases() {
                [](const std::string& d) {
                  write_state(d, [](std::string& b) {
                    put64(b, 64, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+                   reseal_state(b);  // past the checksum, to the position's own check
                  });
                },
                load_state, "state position 9223372036854775807 of batch entry 0 is outside"});
@@ -343,6 +351,10 @@ std::vector<DamagedCase> cases() {
                      d, [](std::string&) {}, 12345);
                },
                load_state, "state was saved for another model"});
+  c.push_back(
+      {"StatePositionMovedInRange",
+       [](const std::string& d) { write_state(d, [](std::string& b) { put64(b, 64, 1000); }); },
+       load_state, "checksum mismatch in the state"});
   c.push_back({"StateVersion1",
                [](const std::string& d) { write_state(d, [](std::string& b) { b[8] = 1; }); },
                load_state, "state version 1"});

@@ -1,6 +1,7 @@
 // Tests of the state file format (io/state_file.hpp: save_state / load_state,
 // expect_end_of_state; model_fingerprint): round trips, and one test per hostile header field
-// (version, shapes, sizes). Hand-made files are built field by field with StateBytes.
+// (version, shapes, sizes). Hand-made files are built field by field with StateBytes; the
+// checksum tests are in test_state_checksum.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,6 +79,14 @@ struct StateBytes {
   }
 };
 
+// Writes the CRC-32 of a state file (`bytes` holds one model state) after an edit, so that a
+// test reaches the checks behind the checksum.
+void reseal(std::string& bytes) {
+  const size_t end = bytes.size() - retnet::kStateChecksumBytes;
+  const uint32_t crc = retnet::detail::state_crc32(bytes.data(), end);
+  std::memcpy(&bytes[end], &crc, sizeof crc);
+}
+
 // A read-only stream buffer that cannot seek, as a pipe.
 class UnseekableBuffer : public std::streambuf {
  public:
@@ -97,7 +106,8 @@ TEST(StateFile, RoundTripsWithTheModelFingerprint) {
   const uint64_t fp = fingerprint_of(model);
   std::stringstream buffer;
   retnet::save_state(buffer, state, fp);
-  EXPECT_EQ(buffer.str().size(), retnet::kStateHeaderBytes + state.size_bytes());
+  EXPECT_EQ(buffer.str().size(),
+            retnet::kStateHeaderBytes + state.size_bytes() + retnet::kStateChecksumBytes);
   const auto loaded = retnet::load_state(buffer, model.new_state(1), fp, "s.bin");
   EXPECT_NO_THROW(retnet::expect_end_of_state(buffer, "s.bin"));
   EXPECT_EQ(loaded.positions, state.positions);
@@ -153,7 +163,7 @@ TEST(StateFile, RefusesVersion1) {
   std::stringstream in(StateBytes::header(0, expected, 1, 1).bytes);
   expect_error<FormatError>(
       [&] { retnet::load_state(in, expected, fingerprint_of(model), "old.bin"); },
-      {"old.bin: state version 1 (saved without a model fingerprint), expected 2"});
+      {"old.bin: state version 1 (saved without a model fingerprint), expected 3"});
 }
 
 TEST(StateFile, RefusesMismatchedDimensions) {
@@ -249,6 +259,7 @@ TEST(StateFile, RefusesPositionsOutOfRange) {
     retnet::save_state(good, state, fp);
     std::string bytes = good.str();
     std::memcpy(&bytes[retnet::kStateHeaderBytes + 8], &bad, 8);  // batch entry 1
+    reseal(bytes);
     std::stringstream in(bytes);
     expect_error<FormatError>(
         [&] { retnet::load_state(in, model.new_state(1), fp, "s"); },
@@ -270,6 +281,7 @@ TEST(StateFile, RefusesNonFiniteValues) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t layer1 = retnet::kStateHeaderBytes + 8 + state.layers[0].size() * 4;
   std::memcpy(&bytes[layer1 + 4 * 5], &nan, 4);
+  reseal(bytes);
   std::stringstream in(bytes);
   expect_error<FormatError>([&] { retnet::load_state(in, model.new_state(1), fp, "s"); },
                             {"s: state value 5 of layer 1 is not finite"});

@@ -53,7 +53,8 @@ struct Session {
 };
 
 /// The file of one session: "RNSESSN1", a u8 (1: a state follows), then save_generation_state
-/// (its header carries the model's fingerprint and shapes, checked when read back).
+/// (its header carries the model's fingerprint and shapes, checked when read back, and its
+/// checksums cover every byte after the u8). A file without a state ends after the u8.
 struct SessionFile {
   static constexpr char kMagic[8] = {'R', 'N', 'S', 'E', 'S', 'S', 'N', '1'};
 
@@ -98,6 +99,8 @@ struct SessionFile {
     Session s;
     if (has_state)
       s.state = std::make_shared<const State>(load_generation_state(in, model, path.string()));
+    else
+      expect_end_of_state(in, path.string());  // a state whose flag byte was damaged
     return s;
   }
 };

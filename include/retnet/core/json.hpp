@@ -1,16 +1,19 @@
 // Parsing untrusted JSON (config.json, model.safetensors.index.json, safetensors headers).
 //
-// parse_json() builds the document through nlohmann's SAX interface, so that two things the DOM
-// parser allows are refused while the text is read: nesting deeper than a small bound (a value
-// nested 100 000 deep parses, but destroying or dumping it recurses once per level and
-// overflows the stack) and an object key given twice (the DOM parser keeps the last one
-// silently: a second tensor entry would replace the first). Its messages, like json_excerpt(),
-// quote at most a bounded, escaped part of the text.
+// parse_json() builds the document through nlohmann's SAX interface, so that three things the
+// DOM parser allows are refused while the text is read: nesting deeper than a small bound (a
+// value nested 100 000 deep parses, but destroying or dumping it recurses once per level and
+// overflows the stack), an object key given twice (the DOM parser keeps the last one silently:
+// a second tensor entry would replace the first), and a document whose parsed form would take
+// more memory than a budget proportional to the text (a DOM costs up to 30 times its text:
+// "[[],[],...]" spends 56 bytes on every 3). Its messages, like json_excerpt(), quote at most a
+// bounded, escaped part of the text.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,32 +32,92 @@ namespace retnet {
 /// recursive walk of the document (dump, destruction) shallow.
 constexpr size_t kMaxJsonDepth = 64;
 
+/// The memory budget of a parsed document, in bytes as estimated by JsonMemoryEstimate: a
+/// constant plus a multiple of the text's size, so that text and document together take at most
+/// three times the text plus 64 MiB. Real files stay well inside: a safetensors header of
+/// 100 000 tensors (10 MB of text) is estimated at 61 MB, the index of a checkpoint of 100 000
+/// tensors in 1 000 shards (8 MB) at 29 MB, everything of Llama 3's tokenizer.json (9 MB) with
+/// its streamed vocabulary and merges at 37 MB.
+constexpr uint64_t kJsonMemoryBaseBytes = uint64_t{64} << 20;
+constexpr uint64_t kJsonMemoryBytesPerTextByte = 2;
+
+/// The default budget of parse_json() for a text of `text_bytes`.
+constexpr uint64_t json_memory_budget(uint64_t text_bytes) {
+  return kJsonMemoryBaseBytes + kJsonMemoryBytesPerTextByte * text_bytes;
+}
+
+/// What a parsed value costs in memory, as nlohmann::json on a 64-bit libstdc++ lays it out
+/// (measured: within 10 % for arrays, objects and strings), so that a budget can be checked
+/// while the text is read, before the memory is taken.
+struct JsonMemoryEstimate {
+  static constexpr uint64_t kValue = 24;   // the 16-byte value, with the slack of a growing array
+  static constexpr uint64_t kString = 48;  // plus text(length)
+  static constexpr uint64_t kArray = 32;
+  static constexpr uint64_t kObject = 64;
+  static constexpr uint64_t kKey = 80;  // an object member's node, plus text(key length)
+  /// The heap block of a string's characters: none up to 15 bytes (kept in the string itself).
+  static constexpr uint64_t text(uint64_t length) { return length > 15 ? length + 32 : 0; }
+};
+
 namespace detail {
 
-// SAX handler that builds an nlohmann::json document, refusing deep nesting and duplicate keys.
+// SAX handler that builds an nlohmann::json document, refusing deep nesting, duplicate keys and
+// a document whose estimated memory (JsonMemoryEstimate) exceeds `max_bytes`.
 // The pointers on `stack_` stay valid: a container only grows while none of its children is open.
 class BoundedJsonBuilder {
  public:
   using json = nlohmann::json;
+  using Cost = JsonMemoryEstimate;
 
-  explicit BoundedJsonBuilder(size_t max_depth) : max_depth_(max_depth) {}
+  BoundedJsonBuilder(size_t max_depth, uint64_t max_bytes)
+      : max_depth_(max_depth), max_bytes_(max_bytes) {}
 
-  bool null() { return add(json(nullptr)) != nullptr; }
-  bool boolean(bool v) { return add(json(v)) != nullptr; }
-  bool number_integer(json::number_integer_t v) { return add(json(v)) != nullptr; }
-  bool number_unsigned(json::number_unsigned_t v) { return add(json(v)) != nullptr; }
-  bool number_float(json::number_float_t v, const json::string_t&) {
-    return add(json(v)) != nullptr;
+  bool null() { return charge(Cost::kValue) && add(json(nullptr)) != nullptr; }
+  bool boolean(bool v) { return charge(Cost::kValue) && add(json(v)) != nullptr; }
+  bool number_integer(json::number_integer_t v) {
+    return charge(Cost::kValue) && add(json(v)) != nullptr;
   }
-  bool string(json::string_t& v) { return add(json(std::move(v))) != nullptr; }
-  bool binary(json::binary_t& v) { return add(json::binary(std::move(v))) != nullptr; }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return charge(Cost::kValue) && add(json(v)) != nullptr;
+  }
+  bool number_float(json::number_float_t v, const json::string_t&) {
+    return charge(Cost::kValue) && add(json(v)) != nullptr;
+  }
+  bool string(json::string_t& v) {
+    return charge(Cost::kValue + Cost::kString + Cost::text(v.size())) &&
+           add(json(std::move(v))) != nullptr;
+  }
+  bool binary(json::binary_t& v) {
+    return charge(Cost::kValue + Cost::kString + Cost::text(v.size())) &&
+           add(json::binary(std::move(v))) != nullptr;
+  }
 
-  bool start_object(std::size_t) { return open(json::object()); }
-  bool start_array(std::size_t) { return open(json::array()); }
+  bool start_object(std::size_t) {
+    return charge(Cost::kValue + Cost::kObject) && open(json::object());
+  }
+  bool start_array(std::size_t) {
+    return charge(Cost::kValue + Cost::kArray) && open(json::array());
+  }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
 
+  /// Adds `bytes` to the estimate; false, with the error set, once it exceeds the budget. The
+  /// tokenizer.json reader charges the entries it streams past the DOM here too.
+  bool charge(uint64_t bytes) {
+    bytes_ += bytes;
+    if (bytes_ <= max_bytes_) return true;
+    error_ = "would take more than " + mib(max_bytes_) +
+             " of memory once parsed (the limit for a text of this size: " +
+             std::to_string(kJsonMemoryBaseBytes >> 20) + " MiB + " +
+             std::to_string(kJsonMemoryBytesPerTextByte) +
+             " bytes per byte of text, values counted as in FORMATS.md, \"JSON limits\")";
+    return false;
+  }
+  /// The memory estimated so far, in bytes.
+  uint64_t bytes() const { return bytes_; }
+
   bool key(json::string_t& k) {
+    if (!charge(Cost::kKey + Cost::text(k.size()))) return false;
     if (stack_.back()->contains(k)) {
       error_ =
           "has the key " + name_excerpt(k) + " twice in one object: duplicate keys are refused";
@@ -108,7 +171,15 @@ class BoundedJsonBuilder {
     return true;
   }
 
+  static std::string mib(uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return text;
+  }
+
   size_t max_depth_;
+  uint64_t max_bytes_;
+  uint64_t bytes_ = 0;
   json root_;
   std::vector<json*> stack_;
   std::string key_;
@@ -118,12 +189,14 @@ class BoundedJsonBuilder {
 }  // namespace detail
 
 /// Parses untrusted JSON `text`. Throws FormatError "LABEL: WHAT ..." when it is not valid JSON
-/// (strict: one value, trailing whitespace only), nests deeper than `max_depth`, or has an object
-/// with a duplicate key. `what` names the part of the file parsed ("header").
+/// (strict: one value, trailing whitespace only), nests deeper than `max_depth`, has an object
+/// with a duplicate key, or would take more than json_memory_budget(text.size()) bytes once
+/// parsed ("LABEL: WHAT would take more than 95.4 MiB of memory once parsed ..."), refused
+/// while it is read. `what` names the part of the file parsed ("header").
 inline nlohmann::json parse_json(std::string_view text, const std::string& label,
                                  const std::string& what = "the file",
                                  size_t max_depth = kMaxJsonDepth) {
-  detail::BoundedJsonBuilder builder(max_depth);
+  detail::BoundedJsonBuilder builder(max_depth, json_memory_budget(text.size()));
   const char* begin = text.data();
   bool ok = false;
   try {

@@ -1,17 +1,23 @@
 // State files (docs/FORMATS.md, "State files"): a ModelState, or a GenerationState (a model
-// state, the pending token and the recent tokens), with a version, shape and size check and the
+// state, the pending token and the recent tokens), with a version, shape and size check, the
 // fingerprint of its model (model_fingerprint), so that it cannot be loaded into another model
-// of the same shapes. The file is untrusted: every header field is checked before anything is
-// allocated, and memory follows the bytes that really arrive.
+// of the same shapes, and a CRC-32 over every byte, so that a damaged file (a position moved, a
+// value scaled, another pending token: each still in range) is refused rather than continued
+// from. The file is untrusted: every header field is checked before anything is allocated,
+// memory follows the bytes that really arrive, and nothing read is used before its checksum
+// matches.
 //
 // Stream format, little-endian:
-//   "RETNETST" | u32 version (2) | u32 sizeof(Scalar) | u64 model fingerprint |
+//   "RETNETST" | u32 version (3) | u32 sizeof(Scalar) | u64 model fingerprint |
 //   u64 layers | u64 batch | u64 heads | u64 dk | u64 columns |
-//   i64 positions[batch] | Scalar data[layers][batch][heads][dk][columns]
-// and, for a generation: i32 pending | u64 n | i32 recent[n]. Version 1 had no fingerprint.
+//   i64 positions[batch] | Scalar data[layers][batch][heads][dk][columns] |
+//   u32 CRC-32 of every byte before it
+// and, for a generation: i32 pending | u64 n | i32 recent[n] | u32 CRC-32 of these three.
+// Versions 1 (no fingerprint) and 2 (no checksum) are refused.
 #pragma once
 
 #include <algorithm>
+#include <boost/crc.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,9 +34,11 @@
 
 namespace retnet {
 
-constexpr uint32_t kStateVersion = 2;
+constexpr uint32_t kStateVersion = 3;
 /// Bytes before the positions.
 constexpr uint64_t kStateHeaderBytes = 8 + 4 + 4 + 8 + 5 * 8;
+/// Bytes of the CRC-32 that ends the model state (and the fields of a generation).
+constexpr uint64_t kStateChecksumBytes = 4;
 /// Largest state load_state() accepts: positions and data together, checked from the header
 /// before anything is allocated (a 7B-parameter RetNet holds about 0.3 GB per sequence).
 constexpr uint64_t kMaxStateBytes = uint64_t{16} << 30;
@@ -42,17 +50,66 @@ constexpr uint64_t kMaxStateTokens = uint64_t{1} << 24;
 
 namespace detail {
 
-template <typename T>
-void put_raw(std::ostream& out, T v) {
-  out.write(reinterpret_cast<const char*>(&v), sizeof(T));  // the library assumes little-endian
+/// The checksum of state files: CRC-32 (the polynomial of zlib and PNG), from Boost.CRC.
+using StateCrc = boost::crc_32_type;
+
+/// The CRC-32 of `size` bytes at `data`, as a state file stores it.
+inline uint32_t state_crc32(const void* data, size_t size) {
+  StateCrc crc;
+  crc.process_bytes(data, size);
+  return crc.checksum();
+}
+
+// Writes bytes and adds them to the checksum that save_state / save_generation_state end with.
+struct ChecksummedWriter {
+  explicit ChecksummedWriter(std::ostream& stream) : out(stream) {}
+
+  std::ostream& out;
+  StateCrc crc;
+
+  void write(const void* data, size_t size) {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    crc.process_bytes(data, size);
+  }
+  template <typename T>
+  void put(T v) {
+    write(&v, sizeof(T));  // the library assumes little-endian
+  }
+  void write_checksum() {
+    const uint32_t sum = crc.checksum();
+    out.write(reinterpret_cast<const char*>(&sum), sizeof sum);
+  }
+};
+
+// Reads `size` bytes into `dst` and adds them to `crc`; false when the stream ends first.
+inline bool read_checksummed(std::istream& in, void* dst, size_t size, StateCrc& crc) {
+  in.read(static_cast<char*>(dst), static_cast<std::streamsize>(size));
+  if (!in) return false;
+  crc.process_bytes(dst, size);
+  return true;
 }
 
 template <typename T>
-T get_raw(std::istream& in, const std::string& source) {
+T get_raw(std::istream& in, const std::string& source, StateCrc& crc) {
   T v{};
-  in.read(reinterpret_cast<char*>(&v), sizeof(T));
-  if (!in) throw FormatError(source + ": truncated state header");
+  if (!read_checksummed(in, &v, sizeof(T), crc))
+    throw FormatError(source + ": truncated state header");
   return v;
+}
+
+// Reads the stored CRC-32 that ends `what` and compares it with `crc`, the bytes read so far.
+inline void check_state_checksum(std::istream& in, const StateCrc& crc, const std::string& source,
+                                 const std::string& what) {
+  uint32_t stored = 0;
+  in.read(reinterpret_cast<char*>(&stored), sizeof stored);
+  if (!in) throw FormatError(source + ": truncated " + what + ": its checksum is missing");
+  if (stored != crc.checksum()) {
+    char text[96];
+    std::snprintf(text, sizeof text, " (CRC-32 stored %08x, computed %08x)", unsigned(stored),
+                  unsigned(crc.checksum()));
+    throw FormatError(source + ": checksum mismatch in the " + what + text +
+                      ": the file is damaged");
+  }
 }
 
 // Bytes between the read position and the end of `in`, or -1 when the stream cannot tell
@@ -93,25 +150,26 @@ struct StateHeader {
 
 template <typename Scalar>
 StateHeader read_state_header(std::istream& in, const ModelState<Scalar>& expected,
-                              const std::string& source) {
+                              const std::string& source, StateCrc& crc) {
   char magic[8] = {};
-  in.read(magic, 8);
-  if (!in || std::memcmp(magic, "RETNETST", 8) != 0)
+  if (!read_checksummed(in, magic, 8, crc) || std::memcmp(magic, "RETNETST", 8) != 0)
     throw FormatError(source + ": not a retnet state file (bad magic)");
-  const auto version = get_raw<uint32_t>(in, source);
-  if (version == 1)
-    throw FormatError(source + ": state version 1 (saved without a model fingerprint), " +
-                      "expected " + std::to_string(kStateVersion) + ": save the state again");
+  const auto version = get_raw<uint32_t>(in, source, crc);
+  const char* missing = version == 1 ? "a model fingerprint" : "a checksum";
+  if (version == 1 || version == 2)
+    throw FormatError(source + ": state version " + std::to_string(version) + " (saved without " +
+                      missing + "), expected " + std::to_string(kStateVersion) +
+                      ": save the state again");
   if (version != kStateVersion)
     throw FormatError(source + ": state version " + std::to_string(version) + ", expected " +
                       std::to_string(kStateVersion));
-  const auto scalar = get_raw<uint32_t>(in, source);
+  const auto scalar = get_raw<uint32_t>(in, source, crc);
   if (scalar != sizeof(Scalar))
     throw FormatError(source + ": state scalar size " + std::to_string(scalar) +
                       " bytes, expected " + std::to_string(sizeof(Scalar)));
   StateHeader h;
-  h.fingerprint = get_raw<uint64_t>(in, source);
-  for (auto& v : h.dims) v = get_raw<uint64_t>(in, source);
+  h.fingerprint = get_raw<uint64_t>(in, source, crc);
+  for (auto& v : h.dims) v = get_raw<uint64_t>(in, source, crc);
   RETNET_REQUIRE(!expected.layers.empty(), "load_state: empty expected state");
   const auto& e = expected.layers[0].dimensions();
   const uint64_t want[5] = {uint64_t(expected.layers.size()), h.dims[1], uint64_t(e[1]),
@@ -124,56 +182,60 @@ StateHeader read_state_header(std::istream& in, const ModelState<Scalar>& expect
   return h;
 }
 
-// Positions and data, once the header has been checked and `in` is known to hold them.
+// Positions, data and checksum, once the header (whose bytes `crc` holds) has been checked and
+// `in` is known to hold them. The values are checked once the checksum matches.
 template <typename Scalar>
 ModelState<Scalar> read_state_body(std::istream& in, const uint64_t (&dims)[5],
-                                   const std::string& source) {
+                                   const std::string& source, StateCrc& crc) {
   const uint64_t batch = dims[1];
   ModelState<Scalar> s;
   s.positions.resize(static_cast<size_t>(batch));
-  for (uint64_t b = 0; b < batch; ++b) {
-    const auto p = get_raw<int64_t>(in, source);
-    if (p < 0 || p > kMaxStatePosition)
-      throw FormatError(source + ": state position " + std::to_string(p) + " of batch entry " +
-                        std::to_string(b) + " is outside [0, 2^40]");
-    s.positions[b] = p;
-  }
+  if (!read_checksummed(in, s.positions.data(), s.positions.size() * sizeof(int64_t), crc))
+    throw FormatError(source + ": truncated state positions");
   s.layers.reserve(static_cast<size_t>(dims[0]));  // checked against the model
   for (uint64_t l = 0; l < dims[0]; ++l) {
     RetentionState<Scalar> t{Index(dims[1]), Index(dims[2]), Index(dims[3]), Index(dims[4])};
-    in.read(reinterpret_cast<char*>(t.data()), std::streamsize(t.size() * sizeof(Scalar)));
-    if (!in) throw FormatError(source + ": truncated state data in layer " + std::to_string(l));
-    for (Index i = 0; i < t.size(); ++i)
-      if (!std::isfinite(t.data()[i]))
-        throw FormatError(source + ": state value " + std::to_string(i) + " of layer " +
-                          std::to_string(l) + " is not finite: expected finite values");
+    if (!read_checksummed(in, t.data(), size_t(t.size()) * sizeof(Scalar), crc))
+      throw FormatError(source + ": truncated state data in layer " + std::to_string(l));
     s.layers.push_back(std::move(t));
   }
+  check_state_checksum(in, crc, source, "state");
+  for (uint64_t b = 0; b < batch; ++b)
+    if (s.positions[b] < 0 || s.positions[b] > kMaxStatePosition)
+      throw FormatError(source + ": state position " + std::to_string(s.positions[b]) +
+                        " of batch entry " + std::to_string(b) + " is outside [0, 2^40]");
+  for (size_t l = 0; l < s.layers.size(); ++l)
+    for (Index i = 0; i < s.layers[l].size(); ++i)
+      if (!std::isfinite(s.layers[l].data()[i]))
+        throw FormatError(source + ": state value " + std::to_string(i) + " of layer " +
+                          std::to_string(l) + " is not finite: expected finite values");
   return s;
 }
 
-// The body of a stream of unknown length (a pipe): the declared `total` bytes taken in blocks
-// first, so that memory follows the bytes that really arrive, not what the header claims.
+// The body of a stream of unknown length (a pipe): the declared `total` bytes (positions, data
+// and checksum) taken in blocks first, so that memory follows the bytes that really arrive, not
+// what the header claims.
 template <typename Scalar>
 ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&dims)[5],
-                                             uint64_t total, const std::string& source) {
+                                             uint64_t total, const std::string& source,
+                                             StateCrc& crc) {
   std::string body;
   for (uint64_t done = 0; done < total;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, uint64_t{1} << 20));
     body.resize(static_cast<size_t>(done) + n);
     in.read(&body[static_cast<size_t>(done)], static_cast<std::streamsize>(n));
     if (static_cast<size_t>(in.gcount()) != n)
-      throw FormatError(source + ": state declares batch " + std::to_string(dims[1]) + ": " +
-                        std::to_string(total) + " bytes of positions and state, but the " +
-                        "stream ended after " + std::to_string(done + in.gcount()) +
-                        " (truncated or corrupt)");
+      throw FormatError(
+          source + ": state declares batch " + std::to_string(dims[1]) + ": " +
+          std::to_string(total) + " bytes of positions, state and checksum, but the " +
+          "stream ended after " + std::to_string(done + in.gcount()) + " (truncated or corrupt)");
     done += n;
   }
   struct View : std::streambuf {  // reads `body` in place (istringstream would copy it)
     View(char* p, size_t n) { setg(p, p, p + n); }
   } view(&body[0], body.size());
   std::istream known(&view);
-  return read_state_body<Scalar>(known, dims, source);
+  return read_state_body<Scalar>(known, dims, source, crc);
 }
 
 }  // namespace detail
@@ -192,16 +254,17 @@ void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fin
   for (int64_t p : state.positions)
     RETNET_REQUIRE(p >= 0 && p <= kMaxStatePosition,
                    "save_state: position " + std::to_string(p) + " outside [0, 2^40]");
-  out.write("RETNETST", 8);
-  detail::put_raw<uint32_t>(out, kStateVersion);
-  detail::put_raw<uint32_t>(out, sizeof(Scalar));
-  detail::put_raw<uint64_t>(out, fingerprint);
+  detail::ChecksummedWriter w(out);
+  w.write("RETNETST", 8);
+  w.put<uint32_t>(kStateVersion);
+  w.put<uint32_t>(sizeof(Scalar));
+  w.put<uint64_t>(fingerprint);
   for (uint64_t v : {uint64_t(state.layers.size()), uint64_t(d[0]), uint64_t(d[1]), uint64_t(d[2]),
                      uint64_t(d[3])})
-    detail::put_raw<uint64_t>(out, v);
-  for (int64_t p : state.positions) detail::put_raw<int64_t>(out, p);
-  for (const auto& s : state.layers)
-    out.write(reinterpret_cast<const char*>(s.data()), std::streamsize(s.size() * sizeof(Scalar)));
+    w.put<uint64_t>(v);
+  w.write(state.positions.data(), state.positions.size() * sizeof(int64_t));
+  for (const auto& s : state.layers) w.write(s.data(), size_t(s.size()) * sizeof(Scalar));
+  w.write_checksum();
   if (!out) throw Error("save_state: write failed");
 }
 
@@ -210,13 +273,15 @@ void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fin
 /// `fingerprint` (that of the model it is loaded into). Every header field is validated before
 /// anything is allocated: the size the header declares must be at most kMaxStateBytes and, when
 /// the stream can tell, no more than the bytes that follow; positions lie in
-/// [0, kMaxStatePosition] and every value is finite. Reads exactly the state: a caller that reads
+/// [0, kMaxStatePosition] and every value is finite, all checked once the CRC-32 of the whole
+/// state matches ("checksum mismatch" otherwise). Reads exactly the state: a caller that reads
 /// nothing after it should call expect_end_of_state(). Throws FormatError "SOURCE: ..." naming
 /// the field.
 template <typename Scalar>
 ModelState<Scalar> load_state(std::istream& in, const ModelState<Scalar>& expected,
                               uint64_t fingerprint, const std::string& source = "state") {
-  const detail::StateHeader h = detail::read_state_header(in, expected, source);
+  detail::StateCrc crc;
+  const detail::StateHeader h = detail::read_state_header(in, expected, source, crc);
   // The size the header declares, checked before it is allocated or read.
   const uint64_t batch = h.dims[1];
   if (batch == 0) throw FormatError(source + ": state batch 0, expected at least 1");
@@ -229,17 +294,20 @@ ModelState<Scalar> load_state(std::istream& in, const ModelState<Scalar>& expect
                       detail::gib_string(batch, per_entry) + " of positions and state, more " +
                       "than the limit of " + std::to_string(kMaxStateBytes >> 30) + " GiB");
   const int64_t left = detail::bytes_left(in);
-  if (left >= 0 && static_cast<uint64_t>(left) < total)
+  if (left >= 0 && static_cast<uint64_t>(left) < total + kStateChecksumBytes)
     throw FormatError(source + ": state declares batch " + std::to_string(batch) + ": " +
-                      std::to_string(total) + " bytes of positions and state, but only " +
+                      std::to_string(total) + " bytes of positions and state and a " +
+                      std::to_string(kStateChecksumBytes) + "-byte checksum, but only " +
                       std::to_string(left) + " bytes follow the header (truncated or corrupt)");
   if (h.fingerprint != fingerprint)
     throw FormatError(source + ": state was saved for another model (model fingerprint " +
                       detail::hex_string(h.fingerprint) + ", this model's is " +
                       detail::hex_string(fingerprint) +
                       "): expected a state saved with this model");
-  if (left < 0) return detail::read_state_body_from_pipe<Scalar>(in, h.dims, total, source);
-  return detail::read_state_body<Scalar>(in, h.dims, source);
+  if (left < 0)
+    return detail::read_state_body_from_pipe<Scalar>(in, h.dims, total + kStateChecksumBytes,
+                                                     source, crc);
+  return detail::read_state_body<Scalar>(in, h.dims, source, crc);
 }
 
 /// Throws FormatError "SOURCE: N trailing bytes after the state" unless `in` is at its end. A
@@ -265,15 +333,17 @@ template <typename Scalar>
 void save_generation_state(std::ostream& out, const GenerationState<Scalar>& g,
                            uint64_t fingerprint) {
   save_state(out, g.model, fingerprint);
-  const uint64_t n = g.recent.size();
-  out.write(reinterpret_cast<const char*>(&g.pending), sizeof g.pending);
-  out.write(reinterpret_cast<const char*>(&n), sizeof n);
-  out.write(reinterpret_cast<const char*>(g.recent.data()), std::streamsize(n * sizeof(int32_t)));
+  detail::ChecksummedWriter w(out);
+  w.put<int32_t>(g.pending);
+  w.put<uint64_t>(g.recent.size());
+  w.write(g.recent.data(), g.recent.size() * sizeof(int32_t));
+  w.write_checksum();
   if (!out) throw Error("save_generation_state: write failed");
 }
 
 /// Reads a generation saved for `model`: refuses another model's state, any header field out
-/// of range, and trailing bytes. Memory follows the bytes that actually arrive.
+/// of range, a checksum mismatch (of the model state, or of the generation's own fields) and
+/// trailing bytes. Memory follows the bytes that actually arrive.
 template <typename Scalar>
 GenerationState<Scalar> load_generation_state(std::istream& in, const RetNetModel<Scalar>& model,
                                               const std::string& source = "state") {
@@ -284,17 +354,22 @@ GenerationState<Scalar> load_generation_state(std::istream& in, const RetNetMode
   g.model = load_state(in, model.new_state(1), model.fingerprint(), source);
   require(g.model.batch() == 1, source + ": a generation state holds one sequence");
   uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&g.pending), sizeof g.pending);
-  in.read(reinterpret_cast<char*>(&n), sizeof n);
-  require(bool(in) && n <= kMaxStateTokens, source + ": truncated generation state");
+  detail::StateCrc crc;
+  const bool counted = detail::read_checksummed(in, &g.pending, sizeof g.pending, crc) &&
+                       detail::read_checksummed(in, &n, sizeof n, crc);
+  require(counted, source + ": truncated generation state");
+  require(n <= kMaxStateTokens, source + ": generation state declares " + std::to_string(n) +
+                                    " recent tokens, more than the limit of " +
+                                    std::to_string(kMaxStateTokens));
   constexpr uint64_t kBlock = 1 << 16;  // tokens read at a time
   for (uint64_t done = 0; done < n;) {
     const uint64_t k = std::min(kBlock, n - done);
     g.recent.resize(done + k);
-    in.read(reinterpret_cast<char*>(g.recent.data() + done), std::streamsize(k * sizeof(int32_t)));
-    require(bool(in), source + ": truncated generation state");
+    require(detail::read_checksummed(in, g.recent.data() + done, k * sizeof(int32_t), crc),
+            source + ": truncated generation state");
     done += k;
   }
+  detail::check_state_checksum(in, crc, source, "generation fields");
   expect_end_of_state(in, source);
   const auto vocab = model.config().vocab_size;
   require(g.pending >= 0 && g.pending < vocab, source + ": pending token out of range");

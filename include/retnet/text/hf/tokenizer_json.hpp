@@ -48,7 +48,9 @@ class TokenizerJsonSax {
  public:
   using json = nlohmann::json;
 
-  explicit TokenizerJsonSax(TokenizerJsonParts& out) : out_(out), dom_(kMaxJsonDepth) {}
+  /// `max_bytes`: the memory budget of the DOM and the streamed entries together.
+  TokenizerJsonSax(TokenizerJsonParts& out, uint64_t max_bytes)
+      : out_(out), dom_(kMaxJsonDepth, max_bytes) {}
 
   /// Why parsing stopped, once it has: "the file is not valid JSON ...", "key ... must be ...".
   std::string error() const {
@@ -73,7 +75,9 @@ class TokenizerJsonSax {
   bool binary(json::binary_t& v) { return streamed() ? bad_value() : dom_.binary(v); }
 
   bool string(json::string_t& v) {
+    if (streamed() && !dom_.charge(JsonMemoryEstimate::text(v.size()))) return false;
     if (in(Kind::kMerges)) {
+      if (!dom_.charge(kMergeBytes)) return false;
       out_.merges.push_back({std::move(v), std::string(), true});
       return true;
     }
@@ -89,6 +93,7 @@ class TokenizerJsonSax {
 
   bool key(json::string_t& k) {
     if (in(Kind::kVocab)) {
+      if (!dom_.charge(kVocabEntryBytes + JsonMemoryEstimate::text(k.size()))) return false;
       key_ = std::move(k);
       return true;
     }
@@ -110,6 +115,7 @@ class TokenizerJsonSax {
   }
   bool start_array(std::size_t n) {
     if (in(Kind::kMerges)) {
+      if (!dom_.charge(kMergeBytes)) return false;
       out_.merges.emplace_back();
       frames_.push_back({Kind::kMergePair, 0});
       return true;
@@ -139,6 +145,11 @@ class TokenizerJsonSax {
   }
 
  private:
+  // What a streamed entry costs, with the slack of its growing vector (a string's length is
+  // charged on its own).
+  static constexpr uint64_t kVocabEntryBytes = 64;
+  static constexpr uint64_t kMergeBytes = 96;
+
   // kDom: a container of the DOM; kModel: the top-level "model" object; the others streamed.
   enum class Kind { kDom, kModel, kVocab, kMerges, kMergePair };
   struct Frame {
@@ -189,9 +200,11 @@ class TokenizerJsonSax {
 };
 
 /// Parses the text of a tokenizer.json; `label` names it in messages ("DIR/tokenizer.json").
+/// The DOM and the streamed vocabulary and merges together are bounded by
+/// json_memory_budget(text.size()), as parse_json() bounds a document.
 inline TokenizerJsonParts parse_tokenizer_json(std::string_view text, const std::string& label) {
   TokenizerJsonParts parts;
-  TokenizerJsonSax sax(parts);
+  TokenizerJsonSax sax(parts, json_memory_budget(text.size()));
   bool ok = false;
   try {
     ok = nlohmann::json::sax_parse(text.data(), text.data() + text.size(), &sax);
