@@ -29,6 +29,7 @@ targets=(
   "fuzz_config corpus_config json.dict"
   "fuzz_state corpus_state state.dict"
   "fuzz_tokenizer corpus_tokenizer tokenizer.dict"
+  "fuzz_tokenizer_encode corpus_tokenizer_encode tokenizer.dict"
 )
 
 failed=()

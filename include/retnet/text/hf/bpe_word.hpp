@@ -25,6 +25,12 @@ class WordEncoder {
  public:
   explicit WordEncoder(const BpeModel& model) : model_(model) {}
 
+  /// Words longer than this are encoded kMaxWordBytes at a time, each piece as a word of its
+  /// own (cut before a UTF-8 lead byte), so that the merge loop's buffers (about 50 bytes per
+  /// byte of the word) stay bounded. Their ids may differ from Hugging Face's, which merges
+  /// the whole word.
+  static constexpr size_t kMaxWordBytes = size_t(1) << 20;
+
   /// Appends the ids of `word` to `out`.
   void encode(std::string_view word, std::vector<int32_t>& out) {
     const bool cacheable = word.size() <= kMaxCachedBytes;
@@ -33,7 +39,25 @@ class WordEncoder {
         append_ids(*v, out);
         return;
       }
+    if (word.size() > kMaxWordBytes) {
+      for (size_t begin = 0; begin < word.size();) {
+        const size_t end = piece_end(word, begin);
+        encode_uncached(word.substr(begin, end - begin), false, out);
+        begin = end;
+      }
+      return;
+    }
     encode_uncached(word, cacheable, out);
+  }
+
+  /// Where the piece of a long word that starts at `begin` ends: kMaxWordBytes on, moved back
+  /// to the start of a UTF-8 character when one begins within the three bytes before.
+  static size_t piece_end(std::string_view word, size_t begin) {
+    if (word.size() - begin <= kMaxWordBytes) return word.size();
+    const size_t limit = begin + kMaxWordBytes;
+    for (size_t end = limit; end + 3 >= limit && end > begin; --end)
+      if ((static_cast<unsigned char>(word[end]) & 0xC0) != 0x80) return end;
+    return limit;
   }
 
  private:

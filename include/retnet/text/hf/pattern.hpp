@@ -17,24 +17,39 @@ struct Pattern {
   std::shared_ptr<Regex> regex;  // when the pattern is a Regex
 
   template <typename F>
-  void for_each_match(std::string_view text, bool valid_utf8, F&& on_match) const {
-    if (regex) return regex->for_each_match(text, valid_utf8, on_match);
+  void for_each_match(std::string_view text, bool valid_utf8, MatchBudget& budget,
+                      F&& on_match) const {
+    if (regex) return regex->for_each_match(text, valid_utf8, budget, on_match);
     for (size_t p = text.find(literal); p != std::string_view::npos;
          p = text.find(literal, p + literal.size()))
       on_match(p, p + literal.size());
   }
 
-  /// `text` with every match replaced by `content` (Hugging Face's Replace).
-  std::string replace_all(std::string_view text, std::string_view content, bool valid_utf8) const {
+  /// `text` with every match replaced by `content` (Hugging Face's Replace). The result may
+  /// not exceed `max_bytes`: `on_too_long()` is called (and must throw) before it would.
+  template <typename OnTooLong>
+  std::string replace_all(std::string_view text, std::string_view content, bool valid_utf8,
+                          MatchBudget& budget, size_t max_bytes, OnTooLong&& on_too_long) const {
     std::string out;
     size_t prev = 0;
-    for_each_match(text, valid_utf8, [&](size_t begin, size_t end) {
-      out.append(text.substr(prev, begin - prev));
-      out.append(content);
+    const auto append = [&](std::string_view s) {
+      if (s.size() > max_bytes - out.size()) on_too_long();
+      out.append(s);
+    };
+    for_each_match(text, valid_utf8, budget, [&](size_t begin, size_t end) {
+      append(text.substr(prev, begin - prev));
+      append(content);
       prev = end;
     });
-    out.append(text.substr(prev));
+    append(text.substr(prev));
     return out;
+  }
+
+  /// replace_all with a budget of its own for `text` and no bound on the result beyond what
+  /// `text` and `content` allow (the decoder's Replace, on one token at a time).
+  std::string replace_all(std::string_view text, std::string_view content, bool valid_utf8) const {
+    MatchBudget budget(text.size());
+    return replace_all(text, content, valid_utf8, budget, std::string::npos, [] {});
   }
 };
 

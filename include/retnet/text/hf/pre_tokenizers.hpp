@@ -134,9 +134,11 @@ class PreTokenizer {
 
   /// Calls on_word(word) for each word of `piece`, in order; `at_start`: the piece begins the
   /// text (Metaspace's prepend_scheme "first").
+  /// The pattern matches are charged to `budget`.
   template <typename OnWord>
-  void run(std::string_view piece, bool at_start, bool valid_utf8, OnWord&& on_word) const {
-    run_step(piece, at_start, 0, valid_utf8, on_word);
+  void run(std::string_view piece, bool at_start, bool valid_utf8, MatchBudget& budget,
+           OnWord&& on_word) const {
+    run_step(piece, at_start, 0, valid_utf8, budget, on_word);
   }
 
  private:
@@ -185,7 +187,7 @@ class PreTokenizer {
 
   template <typename OnWord>
   void run_step(std::string_view piece, bool at_start, size_t index, bool valid_utf8,
-                OnWord& on_word) const {
+                MatchBudget& budget, OnWord& on_word) const {
     if (piece.empty()) return;
     if (index == steps_.size()) {
       on_word(piece);
@@ -194,7 +196,7 @@ class PreTokenizer {
     const Step& p = steps_[index];
     switch (p.kind) {
       case Step::Kind::kSplit:
-        split(piece, at_start, index, SplitAt::kPattern, valid_utf8, on_word);
+        split(piece, at_start, index, SplitAt::kPattern, valid_utf8, budget, on_word);
         return;
       case Step::Kind::kByteLevel: {
         std::string prefixed;
@@ -206,20 +208,20 @@ class PreTokenizer {
           s = prefixed;
         }
         if (p.use_pattern)
-          split(s, at_start, index, SplitAt::kPattern, valid_utf8, on_word);
+          split(s, at_start, index, SplitAt::kPattern, valid_utf8, budget, on_word);
         else
-          run_step(s, at_start, index + 1, valid_utf8, on_word);
+          run_step(s, at_start, index + 1, valid_utf8, budget, on_word);
         return;
       }
       case Step::Kind::kMetaspace:
-        run_metaspace(piece, at_start, index, valid_utf8, on_word);
+        run_metaspace(piece, at_start, index, valid_utf8, budget, on_word);
         return;
     }
   }
 
   template <typename OnWord>
   void run_metaspace(std::string_view piece, bool at_start, size_t index, bool valid_utf8,
-                     OnWord& on_word) const {
+                     MatchBudget& budget, OnWord& on_word) const {
     const Step& p = steps_[index];
     const std::string& replacement = p.metaspace.replacement;
     std::string s;
@@ -236,16 +238,16 @@ class PreTokenizer {
         (prepend == PrependScheme::kAlways || (prepend == PrependScheme::kFirst && at_start)))
       s.insert(0, replacement);
     if (p.split)
-      split(s, at_start, index, SplitAt::kReplacement, valid_utf8, on_word);
+      split(s, at_start, index, SplitAt::kReplacement, valid_utf8, budget, on_word);
     else
-      run_step(s, at_start, index + 1, valid_utf8, on_word);
+      run_step(s, at_start, index + 1, valid_utf8, budget, on_word);
   }
 
   /// Cuts `s` at step `index`'s pattern (or Metaspace's replacement character) and runs the
   /// next step on each piece.
   template <typename OnWord>
   void split(std::string_view s, bool at_start, size_t index, SplitAt how, bool valid_utf8,
-             OnWord& on_word) const {
+             MatchBudget& budget, OnWord& on_word) const {
     const Step& p = steps_[index];
     const std::string& replacement = p.metaspace.replacement;
     const bool last = index + 1 == steps_.size();
@@ -253,7 +255,7 @@ class PreTokenizer {
         s,
         [&](auto&& on_match) {
           if (how == SplitAt::kPattern)
-            p.pattern.for_each_match(s, valid_utf8, on_match);
+            p.pattern.for_each_match(s, valid_utf8, budget, on_match);
           else
             for (size_t q = s.find(replacement); q != std::string_view::npos;
                  q = s.find(replacement, q + replacement.size()))
@@ -265,7 +267,8 @@ class PreTokenizer {
           if (last)  // (split_by_behavior emits no empty piece)
             on_word(s.substr(b, e - b));
           else
-            run_step(s.substr(b, e - b), at_start && b == 0, index + 1, valid_utf8, on_word);
+            run_step(s.substr(b, e - b), at_start && b == 0, index + 1, valid_utf8, budget,
+                     on_word);
         });
   }
 

@@ -195,15 +195,17 @@ class HfTokenizer : public Tokenizer {
 
   void encode_text(std::string_view text, bool valid_utf8, std::vector<int32_t>& out) const {
     detail::hf::WordEncoder words(model_);
+    detail::hf::MatchBudget budget(text.size());  // for every pattern match of this text
     const auto encode_piece = [&](std::string_view piece, bool at_start) {
-      pre_tokenizer_.run(piece, at_start, valid_utf8,
+      pre_tokenizer_.run(piece, at_start, valid_utf8, budget,
                          [&](std::string_view word) { words.encode(word, out); });
     };
     added_.split(text, false, true, valid_utf8, out, [&](std::string_view piece, bool at_start) {
       if (normalizer_.empty()) {
         added_.split(piece, true, at_start, valid_utf8, out, encode_piece);
       } else {
-        const std::string normalized = normalizer_.normalize(piece, valid_utf8);
+        const std::string normalized = normalizer_.normalize(piece, valid_utf8, budget);
+        if (normalized.size() > piece.size()) budget.grant(normalized.size() - piece.size());
         added_.split(normalized, true, at_start, valid_utf8, out, encode_piece);
       }
     });
