@@ -78,6 +78,7 @@ TEST(TokenizerLimitsTest, OnigurumaOnlySyntaxIsRefused) {
       {"(?~abc)", "absent operator"},
       {"(?m:a.b)", "the option \\\"m\\\""},
       {"a{1,3}+", "an interval followed by"},
+      {"[[:space:]]", "a POSIX class"},
   };
   for (const auto& [regex, construct] : cases) {
     std::string want = construct;  // as the message quotes it (JSON escapes undone)
@@ -88,7 +89,15 @@ TEST(TokenizerLimitsTest, OnigurumaOnlySyntaxIsRefused) {
   }
   // Where the meaning is the same it is translated.
   EXPECT_EQ(hf::oniguruma_to_pcre2("a{,3}b{2}c{1,}d{x}"), "a{0,3}b{2}c{1,}d{x}");
-  EXPECT_EQ(hf::oniguruma_to_pcre2("(?i:'s)[[:alpha:]\\h]"), "(?i:'s)[[:alpha:]0-9a-fA-F]");
+  EXPECT_EQ(hf::oniguruma_to_pcre2("(?i:'s)[\\h]"), "(?i:'s)[0-9a-fA-F]");
+}
+
+// ^ and $ match at every line, as in Oniguruma. The ids are Hugging Face's (tokenizers 0.22,
+// through scripts/tokenizer_reference's bindings); at the text's ends only, "ab" would merge.
+TEST(TokenizerLimitsTest, AnchorsMatchAtEveryLineAsInOniguruma) {
+  const std::vector<int32_t> each_byte = {1, 2, 0, 1, 2};  // a b \n(unknown) a b
+  EXPECT_EQ(HfTokenizer::from_json(split_json("b$")).encode("ab\nab"), each_byte);
+  EXPECT_EQ(HfTokenizer::from_json(split_json("^a")).encode("ab\nab"), each_byte);
 }
 
 TEST(TokenizerLimitsTest, LongWordsAreCutIntoBoundedPieces) {

@@ -113,13 +113,10 @@ class OnigurumaTranslator {
 
   void open_class() {
     if (depth_ > 0) {
-      if (i_ + 1 < p_.size() && p_[i_ + 1] == ':') {  // [:alpha:] inside a class
-        const size_t end = p_.find(":]", i_ + 2);
-        const size_t stop = end == std::string_view::npos ? p_.size() : end + 2;
-        out_.append(p_.substr(i_, stop - i_));
-        i_ = stop - 1;
-        return;
-      }
+      // [:alpha:] inside a class: the two libraries give POSIX classes different Unicode sets
+      // ([:punct:] and symbols, [:space:] and U+180E).
+      if (i_ + 1 < p_.size() && p_[i_ + 1] == ':')
+        refuse("a POSIX class such as \"[:space:]\" (its Unicode set differs in PCRE2)");
       refuse("a character class inside a character class");
     }
     ++depth_;
@@ -362,7 +359,9 @@ class Regex {
                           const std::string& what) {
     const std::string converted = literal ? std::string() : oniguruma_to_pcre2(original, what);
     const std::string_view pattern = literal ? original : std::string_view(converted);
-    uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+    // Oniguruma's Ruby syntax, which Hugging Face compiles with, reads ^ and $ at every line:
+    // PCRE2's multiline mode.
+    uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
     if (invalid_utf8) options |= PCRE2_MATCH_INVALID_UTF;
     int error = 0;
     PCRE2_SIZE offset = 0;
