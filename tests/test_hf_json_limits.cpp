@@ -7,22 +7,17 @@
 #include <string>
 
 #include "expect_error.hpp"
+#include "json_text.hpp"
 #include "retnet/core/json.hpp"
 #include "retnet/text/hf/tokenizer_json.hpp"
 
 using retnet::FormatError;
+using retnet::testing::empty_objects;
 using retnet::testing::expect_error;
 
 namespace {
 
-// "[{},{},...]": 3 bytes of text, 88 estimated bytes each; 1 << 20 of them are over budget.
-std::string empty_objects(size_t count) {
-  std::string text = "[";
-  for (size_t i = 0; i < count; ++i) text += "{},";
-  text.back() = ']';
-  return text;
-}
-constexpr size_t kTooMany = size_t{1} << 20;
+constexpr size_t kTooMany = retnet::testing::kTooManyEmptyObjects;
 
 const char* kModel = R"("model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]})";
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "expect_error.hpp"
+#include "json_text.hpp"
 #include "retnet/core/json.hpp"
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/config_json.hpp"
@@ -19,19 +20,12 @@
 
 using retnet::FormatError;
 using retnet::JsonMemoryEstimate;
+using retnet::testing::empty_objects;
 using retnet::testing::expect_error;
 
 namespace {
 
-// "[{},{},...]": 3 bytes of text for 24 + 64 estimated bytes, 29 times the text; `count`
-// elements. 1 << 20 of them (3 MiB of text) need 88 MiB, over the 70 MiB budget of that text.
-std::string empty_objects(size_t count) {
-  std::string text = "[";
-  for (size_t i = 0; i < count; ++i) text += "{},";
-  text.back() = ']';
-  return text;
-}
-constexpr size_t kTooMany = size_t{1} << 20;
+constexpr size_t kTooMany = retnet::testing::kTooManyEmptyObjects;
 
 // The estimate of `text`, parsed with no budget.
 uint64_t estimate(const std::string& text) {
