@@ -373,7 +373,8 @@ async function main() {
     console.log(`     1000 requests in ${((Date.now() - t0) / 1000).toFixed(1)} s; RSS ` +
                 `${(start.process.rss_bytes / 1e6).toFixed(1)} -> ${(end.process.rss_bytes / 1e6).toFixed(1)} MB ` +
                 `(${(100 * growth).toFixed(2)} %), threads ${start.process.threads} -> ${end.process.threads}`);
-    assert.ok(Math.abs(growth) <= 0.05, `RSS changed by ${(100 * growth).toFixed(2)} %`);
+    // One-sided: the allocator may hand pages back after the warm-up, and a drop is no leak.
+    assert.ok(growth <= 0.05, `RSS grew by ${(100 * growth).toFixed(2)} %`);
     assert.equal(end.process.threads, start.process.threads);
     assert.equal(end.sessions.in_memory, start.sessions.in_memory);
     assert.equal(end.sessions.on_disk, start.sessions.on_disk);
