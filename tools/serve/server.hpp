@@ -69,7 +69,8 @@ class Server {
   /// (the answer is written).
   bool refused_without_key(const http::Request& req, http::Response& res) const {
     const std::string& key = ctx_.options.api_key;
-    if (key.empty() || (req.method() == "GET" && (req.path() == "/" || req.path() == "/health")))
+    if (key.empty() || ((req.method() == "GET" || req.method() == "HEAD") &&
+                        (req.path() == "/" || req.path() == "/health")))
       return false;
     if (same_secret(req.header("Authorization"), "Bearer " + key)) return false;
     reply_error(res, ApiError(401,
