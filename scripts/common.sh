@@ -2,10 +2,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# libcpp-httplib-dev builds retnet-serve; python3-numpy runs the reference scripts' test; the
+# libboost-dev also builds retnet-serve (Boost.Beast); python3-numpy runs the reference scripts' test; the
 # server test (tests/server/run.sh) also needs node and npm, and installs Chromium itself when it
 # runs as root.
-RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libboost-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-numpy"
+RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libboost-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy"
 
 install_dependencies() {
   local missing=()

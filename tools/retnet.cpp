@@ -89,8 +89,8 @@ int exec_server(char** argv) {
   argv[1] = const_cast<char*>(server.c_str());
   execv(server.c_str(), argv + 1);
   std::fprintf(stderr,
-               "retnet serve: cannot run %s (%s); it is built when cpp-httplib is found "
-               "(apt-get install libcpp-httplib-dev pkg-config)\n",
+               "retnet serve: cannot run %s (%s); it is built with the CLI unless "
+               "RETNET_BUILD_SERVER=OFF (it needs Boost.Beast: apt-get install libboost-dev)\n",
                server.c_str(), std::strerror(errno));
   return 1;
 }

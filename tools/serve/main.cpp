@@ -56,8 +56,10 @@ constexpr int kMaxBatch = 256;
 struct ServeFlags {
   std::optional<std::string> model, api_key, sessions_dir, random_weights;
   std::string host;
-  int port = 0, max_batch = 0, http_threads = 0;
+  int port = 0, max_batch = 0, http_threads = 0, max_connections = 0;
+  int header_timeout = 0, body_timeout = 0;
   int64_t sessions_memory = 0, prefill_chunk = 0, max_tokens = 0, max_body = 0, max_queue = 0;
+  int64_t max_header = 0;
   std::optional<int> threads;
   std::optional<retnet::WeightType> weights;
 
@@ -87,7 +89,15 @@ struct ServeFlags {
     f.value(max_queue, "--max-queue", "N", 256, Range<int64_t>{1, 1 << 20},
             "requests waiting beyond this are refused (503)");
     f.value(http_threads, "--http-threads", "N", 64, Range<int>{2, 4096},
-            "connections served at once (a stream holds one)");
+            "requests handled at once (a stream holds one)");
+    f.value(max_connections, "--max-connections", "N", 512, Range<int>{1, 1 << 20},
+            "open connections beyond this are refused (503)");
+    f.value(max_header, "--max-header", "BYTES", 16384, Range<int64_t>{1024, 1 << 20},
+            "larger request headers are refused (431)");
+    f.value(header_timeout, "--header-timeout", "S", 10, Range<int>{1, 3600},
+            "seconds to receive a request's header, and keep-alive idle time (408)");
+    f.value(body_timeout, "--body-timeout", "S", 60, Range<int>{1, 3600},
+            "seconds to receive a request's body (408)");
     f.optional(random_weights, "--random-weights", "CONFIG",
                "(development) a config.json with random weights instead of -m, as `retnet bench "
                "--config`");
@@ -131,6 +141,10 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   o.engine.max_queue = size_t(flags.max_queue);
   o.http.threads = size_t(flags.http_threads);
   o.http.max_body = size_t(flags.max_body);
+  o.http.max_connections = size_t(flags.max_connections);
+  o.http.header_limit = size_t(flags.max_header);
+  o.http.header_timeout_s = flags.header_timeout;
+  o.http.body_timeout_s = flags.body_timeout;
   return o;
 }
 
