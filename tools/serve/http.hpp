@@ -17,9 +17,10 @@
 // Handlers may block (a completion waits for the engine), so they run on a separate pool of
 // `threads` threads, never on the io threads. A streamed answer (Response::stream) is pulled by
 // its `next` callback, which blocks up to a second waiting for tokens: the pull loop runs on that
-// pool too and each StreamSink::write posts the chunk to the connection and waits for the write
-// to complete (bounded by write_timeout_s). So a stream holds a pool thread while it runs; making
-// the engine's jobs push updates would free it (the socket side is already asynchronous).
+// pool too, and each StreamSink::write sends its chunk on the socket from that thread (no other
+// operation uses the socket meanwhile; a client that stops reading is dropped after
+// write_timeout_s). So a stream holds a pool thread while it runs; making the engine's jobs push
+// updates, and the writes asynchronous, would free it.
 #pragma once
 
 #include <atomic>
@@ -28,11 +29,12 @@
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdio>
 #include <functional>
-#include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
@@ -286,6 +288,7 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
       : server_(server),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
+        buffer_(server.options_.header_limit + kReadAhead),
         refused_(refused) {
     if (!refused_) ++server_.open_;
   }
@@ -332,9 +335,15 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
   /// Refuses what this server does not take before reading the body.
   void check_header() {
     const auto& h = parser_->get();
-    size_t lengths = 0;
-    for (const auto& f : h)
+    size_t lengths = 0, bytes = h.method_string().size() + h.target().size() + 12;
+    for (const auto& f : h) {
       if (f.name() == detail::bh::field::content_length) ++lengths;
+      bytes += f.name_string().size() + f.value().size() + 4;
+    }
+    // Beast 1.74 lets some headers past its own limit (many repeated lines); the buffer's
+    // bound keeps their memory in check, this the answer.
+    if (bytes > server_.options_.header_limit)
+      return refuse(431, "the request header is larger than the limit");
     const auto encoding = h[detail::bh::field::content_encoding];
     const auto transfer = h[detail::bh::field::transfer_encoding];
     const auto expect = h[detail::bh::field::expect];
@@ -378,7 +387,8 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
         ec == boost::asio::error::connection_reset || (timed_out_ && !started))
       return close();
     if (timed_out_) return refuse(408, "the request was not received in time");
-    if (ec == e::header_limit) return refuse(431, "the request header is larger than the limit");
+    if (ec == e::header_limit || (ec == e::buffer_overflow && !parser_->is_header_done()))
+      return refuse(431, "the request header is larger than the limit");
     if (ec == e::body_limit)
       return refuse(413, "the request body is larger than this server's limit");
     if (ec == boost::asio::error::operation_aborted) return close();
@@ -493,26 +503,34 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
     });
   }
 
-  /// Writes one chunk from a pool thread and waits for it; false when the client is gone.
+  /// Writes one chunk from the pull loop's thread, directly on the socket (nothing else uses it
+  /// while the stream runs): a send per chunk as the client's reads expect, without waiting on
+  /// the io threads. False when the client is gone or took more than write_timeout_s.
   bool write_chunk(std::string_view bytes, bool last) {
-    if (!last && bytes.empty()) return true;
+    if (failed_ || (!last && bytes.empty())) return !failed_;
     char size[32];
     std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
-    auto data = std::make_shared<std::string>(last ? "0\r\n\r\n" : size);
-    if (!last) data->append(bytes).append("\r\n");
-    auto written = std::make_shared<std::promise<bool>>();
-    auto result = written->get_future();
-    boost::asio::post(socket_.get_executor(), [self = shared_from_this(), data, written] {
-      self->arm(self->server_.options_.write_timeout_s);
-      boost::asio::async_write(self->socket_, boost::asio::buffer(*data),
-                               [self, data, written](Error ec, size_t) {
-                                 self->timer_.cancel();
-                                 written->set_value(!ec);
-                               });
-    });
-    // The io threads may be stopped (server shutting down): then the write never completes.
-    const auto wait = Seconds(server_.options_.write_timeout_s + 2);
-    return result.wait_for(wait) == std::future_status::ready && result.get();
+    std::string data = last ? "0\r\n\r\n" : size;
+    if (!last) data.append(bytes).append("\r\n");
+    const int fd = socket_.native_handle();
+    const auto deadline =
+        std::chrono::steady_clock::now() + Seconds(server_.options_.write_timeout_s);
+    for (size_t sent = 0; sent < data.size();) {
+      const ssize_t n =
+          ::send(fd, data.data() + sent, data.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += size_t(n);
+        continue;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLOUT, 0};
+      if ((n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+          left.count() <= 0 || ::poll(&p, 1, int(left.count())) < 0 ||
+          (p.revents & (POLLERR | POLLHUP)))
+        return !(failed_ = true);
+    }
+    return true;
   }
 
   void close() {
@@ -530,7 +548,12 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
   std::optional<detail::bh::response<detail::bh::empty_body>> stream_head_;
   std::optional<detail::bh::response_serializer<detail::bh::empty_body>> serializer_;
   static constexpr int kLingerSeconds = 3;
+  static constexpr size_t kReadAhead = 64 << 10;  // bytes read beyond a header's limit
   char discard_[16 << 10];
+  std::mutex mutex_;                 // guards the stream's queue: pending_, writing_, failed_
+  std::condition_variable written_;  // signalled as the queue drains or a write fails
+  std::string pending_, out_;        // queued by the pull loop; being written
+  bool writing_ = false, failed_ = false;
   bool refused_ = false, timed_out_ = false;
   size_t requests_ = 0;
 };
