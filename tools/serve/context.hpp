@@ -37,8 +37,10 @@ inline void reply(http::Response& res, int status, const json& body) {
   res.send(status, dump(body), "application/json");
 }
 
+/// An error answer; a 503 (busy, full queue, too many connections) says when to retry.
 inline void reply_error(http::Response& res, const ApiError& e) {
   reply(res, e.status, error_json(e));
+  if (e.status == 503) res.set_header("Retry-After", "1");
 }
 
 }  // namespace retnet::serve
