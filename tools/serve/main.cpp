@@ -117,9 +117,8 @@ struct ServeFlags {
 std::string read_api_key(const ServeFlags& flags) {
   if (flags.api_key && flags.api_key_file)
     throw UsageError("serve: give --api-key or --api-key-file, not both");
-  std::string key;
   if (flags.api_key_file) {
-    key = retnet::read_regular_file(*flags.api_key_file, 4096, "key");
+    std::string key = retnet::read_regular_file(*flags.api_key_file, 4096, "key");
     if (!key.empty() && key.back() == '\n') key.pop_back();
     if (!key.empty() && key.back() == '\r') key.pop_back();
     if (key.empty())
