@@ -441,6 +441,12 @@ TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
               0);
   EXPECT_EQ(second->result().prompt_tokens, 0);
   EXPECT_EQ(second->result().completion_tokens, 25);
+  // /metrics's counts: every prompt token once (the continued state's pending token is not a
+  // prompt token), and a first token for each of the three requests.
+  const auto stats = settled(engine);
+  EXPECT_EQ(stats.prompt_tokens, 6u + 6u + 0u);
+  EXPECT_EQ(stats.tokens, 40u + 15u + 25u);
+  EXPECT_EQ(stats.first_token_seconds.count(), 3u);
 }
 
 TEST(ServeEngine, StopStringsEndTokensAndZeroTokens) {

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "serve/job.hpp"
+#include "serve/metrics.hpp"
 
 namespace retnet::serve {
 
@@ -128,6 +129,10 @@ struct EngineStats {
   size_t largest_prefill = 0;         // the most prompts one turn has read from
   size_t largest_prefill_tokens = 0;  // the most prompt tokens one turn has read
   uint64_t completed = 0, cancelled = 0, failed = 0, tokens = 0, steps = 0;
+  // Prompt tokens read, counted piece by piece: once a request's prompt is read, it has added
+  // its usage.prompt_tokens.
+  uint64_t prompt_tokens = 0;
+  Histogram first_token_seconds = first_token_histogram();  // from submit() to the first token
 };
 
 class Engine {
@@ -361,6 +366,7 @@ class Engine {
     prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), nullptr),
                       prefilling_.end());
     std::lock_guard<std::mutex> lock(mutex_);
+    stats_.prompt_tokens += uint64_t(options_.prefill_chunk - budget);
     stats_.largest_prefill = std::max(stats_.largest_prefill, prompts);
     stats_.largest_prefill_tokens =
         std::max(stats_.largest_prefill_tokens, size_t(options_.prefill_chunk - budget));
@@ -371,6 +377,10 @@ class Engine {
   void prompt_read(RunningPtr& slot) {
     Running& r = *slot;
     r.prompt_done = Clock::now();
+    // The prompt's last token is read by the first step (a continued state's pending token took
+    // its place among the pieces).
+    const size_t prompt = r.job->params_.prompt.size();
+    if (prompt > r.read) count(&EngineStats::prompt_tokens, prompt - r.read);
     r.to_read = {};
     if (r.job->params_.max_tokens == 0) {
       complete(r, "length", &r.state);
@@ -413,7 +423,14 @@ class Engine {
     } else {
       for (Index r = 0; r < n; ++r) sample_one(r);
     }
-    count(&EngineStats::tokens, static_cast<uint64_t>(n));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.tokens += static_cast<uint64_t>(n);
+      for (Index r = 0; r < n; ++r)
+        if (decoding_[r]->produced == 1)
+          stats_.first_token_seconds.observe(
+              ms_between(decoding_[r]->job->submitted_, decoding_[r]->first_token) / 1000);
+    }
     // Finished requests leave now, last rows first so that the rows still to visit stay put.
     for (Index r = n - 1; r >= 0; --r) {
       if (outcomes_[r] == Outcome::kGoing) continue;

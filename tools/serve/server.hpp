@@ -32,7 +32,7 @@ class Server {
  public:
   Server(const Model& model, const Tokenizer& tokenizer, Engine& engine, SessionStore& sessions,
          ServerOptions options)
-      : ctx_{model, tokenizer, engine, sessions, std::move(options)},
+      : ctx_{model, tokenizer, engine, sessions, std::move(options), metrics_},
         completions_(ctx_),
         sessions_(ctx_),
         info_(ctx_) {}
@@ -49,6 +49,7 @@ class Server {
       res.send(200, kPage, "text/html; charset=utf-8");
     });
     http.get("/health", handle([this](auto& req, auto& res) { info_.health(req, res); }));
+    http.get("/metrics", handle([this](auto& req, auto& res) { info_.metrics(req, res); }));
     http.get("/v1/models", handle([this](auto& req, auto& res) { info_.models(req, res); }));
     http.get("/v1/models/(.+)", handle([this](auto& req, auto& res) { info_.model(req, res); }));
     http.post("/v1/completions", handle([this](auto& req, auto& res) { completions_(req, res); }));
@@ -62,6 +63,7 @@ class Server {
     http.set_gate([this](const http::Request& req, http::Response& res) {
       return refused_without_key(req, res);
     });
+    http.set_observer([this](int status) { metrics_.answered(status); });
   }
 
  private:
@@ -97,6 +99,7 @@ class Server {
     };
   }
 
+  ServerMetrics metrics_;  // before ctx_, which refers to it
   ServerContext ctx_;
   CompletionsRoute completions_;
   SessionsRoutes sessions_;
