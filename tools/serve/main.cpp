@@ -60,6 +60,7 @@ struct ServeFlags {
   int header_timeout = 0, body_timeout = 0;
   int64_t sessions_memory = 0, prefill_chunk = 0, max_tokens = 0, max_body = 0, max_queue = 0;
   int64_t max_header = 0;
+  bool reuse_port = false;
   std::optional<int> threads;
   std::optional<retnet::WeightType> weights;
 
@@ -98,6 +99,9 @@ struct ServeFlags {
             "seconds to receive a request's header, and keep-alive idle time (408)");
     f.value(body_timeout, "--body-timeout", "S", 60, Range<int>{1, 3600},
             "seconds to receive a request's body (408)");
+    f.toggle(reuse_port, "--reuse-port",
+             "share the port with other processes (SO_REUSEPORT); without it a busy port is an "
+             "error");
     f.optional(random_weights, "--random-weights", "CONFIG",
                "(development) a config.json with random weights instead of -m, as `retnet bench "
                "--config`");
@@ -145,6 +149,7 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   o.http.header_limit = size_t(flags.max_header);
   o.http.header_timeout_s = flags.header_timeout;
   o.http.body_timeout_s = flags.body_timeout;
+  o.http.reuse_port = flags.reuse_port;
   return o;
 }
 
