@@ -6,6 +6,7 @@ import http.client
 import json
 import math
 import re
+import socket
 import time
 
 from harness import Case, status_of
@@ -96,6 +97,33 @@ def stream_while_scraping(srv, scrapes):
     return during, usage
 
 
+def settled(srv, done, within_s=5):
+    """The first scrape for which done(samples) holds, or the last one after `within_s` s; and
+    how many scrapes came before it."""
+    deadline, before = time.time() + within_s, 0
+    while True:
+        samples, _ = scrape(srv)
+        if done(samples) or time.time() > deadline:
+            return samples, before
+        before += 1
+        time.sleep(0.05)
+
+
+def leave_a_stream(srv):
+    """A long stream whose client leaves once its first event is in."""
+    body = json.dumps(dict(prompt="ROMEO:", max_tokens=2000, stream=True)).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+              + KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        piece = s.recv(4096)
+        assert piece, f"the stream ended before its first event: {got[:300]!r}"
+        got += piece
+    s.close()
+
+
 def metrics_scrape(h):
     srv = h.start(api_key=KEY, sessions_dir=h.tmp / "sessions")
     status, _, _ = srv.request("GET", "/metrics", headers={"Authorization": "Bearer wrong"})
@@ -126,12 +154,8 @@ def metrics_scrape(h):
         f"active streams while one runs: {value(during, 'retnet_active_streams')}"
 
     # The stream's end reaches the counts once its last chunk is written: wait for it.
-    deadline = time.time() + 5
-    while True:
-        after, _ = scrape(srv)
-        if value(after, "retnet_active_streams") == 0 or time.time() > deadline:
-            break
-        scrapes.append(1)
+    after, polls = settled(srv, lambda m: value(m, "retnet_active_streams") == 0)
+    scrapes += [1] * polls
     assert value(after, "retnet_active_streams") == 0, "a finished stream is still counted"
 
     def moved(name, labels=""):
@@ -163,6 +187,19 @@ def metrics_scrape(h):
         assert value(after, gauge) == 0, f"{gauge} is {value(after, gauge)} on an idle server"
     assert value(after, "retnet_sessions_in_memory") == 1
     assert value(after, "retnet_sessions_on_disk") == 1
+
+    # A client that leaves a stream: the stream is no longer counted, its job is cancelled, and
+    # its first token was recorded.
+    leave_a_stream(srv)
+    cancelled = '{outcome="cancelled"}'
+    gone, _ = settled(srv, lambda m: value(m, "retnet_active_streams") == 0 and
+                      value(m, "retnet_requests_total", cancelled) >
+                      value(after, "retnet_requests_total", cancelled))
+    assert value(gone, "retnet_active_streams") == 0, "a stream whose client left is counted"
+    assert value(gone, "retnet_requests_total", cancelled) - \
+        value(after, "retnet_requests_total", cancelled) == 1, "the stream left is not cancelled"
+    assert value(gone, ttft + "_count") - value(after, ttft + "_count") == 1
+    assert value(gone, "retnet_requests_decoding") == 0
     srv.normal_ok()
 
 
