@@ -1,8 +1,8 @@
 // The scheduler and session store of `retnet serve` (tools/serve/), without HTTP: every sequence
 // gets the same bits alone and in batches of any size (and the check would see one bit of
-// influence between rows); a request's output is the same alone or beside others; a continued
-// state equals one longer request; cancelled requests leave; sessions spill to disk, come back
-// after a restart and are never named by a path.
+// influence between rows); a request's output is the same alone or beside others; a short prompt
+// is read while a long one is; a continued state equals one longer request; cancelled requests
+// leave; sessions spill to disk, come back after a restart and are never named by a path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
