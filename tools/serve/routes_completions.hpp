@@ -145,12 +145,14 @@ class CompletionsRoute {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto finished = std::make_shared<bool>(false);
+    ctx_.metrics.stream_opened();  // closed in `ended`, which the HTTP layer calls once
     res.stream(
         "text/event-stream",
         [this, c, finished](http::StreamSink& sink) { return stream_next(*c, *finished, sink); },
-        [c, finished] {
+        [c, finished, &metrics = ctx_.metrics] {
           // The stream has ended, written out or not: a job still running has lost its reader
           // (the client left, or a write failed) and leaves the batch.
+          metrics.stream_closed();
           if (!*finished) c->job->cancel();
           if (c->lease) c->lease->release();
         });
