@@ -156,6 +156,9 @@ using Handler = std::function<void(const Request&, Response&)>;
 using Gate = std::function<bool(const Request&, Response&)>;
 /// Writes the answer for an HTTP-level error the layer met itself.
 using ErrorReply = std::function<void(Response&, int status, const std::string& message)>;
+/// Told the status of every answer as it is sent, the layer's own refusals included (a stream
+/// is told 200 when its header goes out).
+using AnswerObserver = std::function<void(int status)>;
 
 struct ServerOptions {
   size_t threads = 64;                // handlers and streams running at once (a stream holds one)
@@ -188,6 +191,7 @@ class Server {
   void post(const std::string& pattern, Handler handler) { add("POST", pattern, handler); }
   void del(const std::string& pattern, Handler handler) { add("DELETE", pattern, handler); }
   void set_gate(Gate gate) { gate_ = std::move(gate); }
+  void set_observer(AnswerObserver observer) { observer_ = std::move(observer); }
 
   /// Binds to host:port (port 0: any free port) with SO_REUSEADDR but not SO_REUSEPORT, so a
   /// busy port is an error; returns the port, or -1 with errno set.
@@ -273,6 +277,7 @@ class Server {
   ServerOptions options_;
   ErrorReply error_reply_;
   Gate gate_;
+  AnswerObserver observer_;
   std::vector<Route> routes_;
   boost::asio::io_context io_;
   detail::tcp::acceptor acceptor_{io_};
@@ -431,6 +436,7 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
   void write(Response res, bool keep, bool head, const std::string& method,
              const std::string& path) {
     std::fprintf(stderr, "%s %s %d\n", method.c_str(), path.c_str(), res.status_);
+    if (server_.observer_) server_.observer_(res.status_);
     auto out = std::make_shared<detail::bh::response<detail::bh::string_body>>();
     out->result(unsigned(res.status_));
     out->version(11);
@@ -470,6 +476,7 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
   /// Writes the header of a chunked answer, then runs the pull loop on the pool.
   void start_stream(Response res, bool keep, const std::string& path) {
     std::fprintf(stderr, "POST %s 200 (stream)\n", path.c_str());
+    if (server_.observer_) server_.observer_(200);
     stream_head_.emplace();
     stream_head_->result(200);
     stream_head_->version(11);
