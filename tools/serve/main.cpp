@@ -80,8 +80,10 @@ struct ServeFlags {
     f.optional(sessions_dir, "--sessions-dir", "DIR",
                "keep sessions here too (they survive a restart)");
     f.value(sessions_memory, "--sessions-memory", "MB", 512, Range<int64_t>{0, 1 << 24},
-            "memory for session states (least recently used out)");
-    f.value(sessions_max, "--sessions-max", "N", 1024, Range<int64_t>{1, 1 << 24},
+            "memory for session states (least recently used out to --sessions-dir; without "
+            "it, a session beyond is refused: 429)");
+    f.value(sessions_max, "--sessions-max", "N", int64_t(SessionQuota{}.max_sessions),
+            Range<int64_t>{1, 1 << 24},
             "sessions in all, in memory and on disk; more are refused (429)");
     f.optional(sessions_disk, "--sessions-disk", "MB", Range<int64_t>{1, 1 << 24},
                "bytes of session files in --sessions-dir; a larger save is refused (507) "

@@ -81,9 +81,9 @@ def failed_save_keeps_session(h):
     with unwritable(folder):
         status, body = srv.completion(" and", 5, session="a", **GREEDY)
         message = error_of(body).get("message", "")
+        assert tokens_of(srv, "a") == saved, "the session moved although its save failed"
         assert status == 500, f"a request whose save failed got {status}: {body}"
         assert "session 'a' not saved" in message, f"the message does not say so: {message}"
-        assert tokens_of(srv, "a") == saved, "the session moved although its save failed"
         event = streamed_error(srv, "a")
         assert event and "not saved" in event.get("message", ""), f"streamed: {event}"
         assert tokens_of(srv, "a") == saved, "the session moved after a streamed failed save"
