@@ -257,13 +257,11 @@ class SessionStore {
   std::filesystem::path file(const std::string& id) const {
     return std::filesystem::path(dir_) / (id + ".session");
   }
-  /// Whether the folder holds the session's file; one that went missing is forgotten.
-  bool on_disk(const std::string& id) {
-    if (!persistent() || !files_.count(id)) return false;
+  /// Whether the folder holds the session's file. One that is missing stays counted (it may be
+  /// back: a folder moved away for a while) until the session is deleted or the server restarts.
+  bool on_disk(const std::string& id) const {
     std::error_code ec;
-    if (std::filesystem::exists(file(id), ec)) return true;
-    forget_file(id);
-    return false;
+    return persistent() && files_.count(id) && std::filesystem::exists(file(id), ec);
   }
   bool known(const std::string& id) const { return entries_.count(id) || files_.count(id); }
 
