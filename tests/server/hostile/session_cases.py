@@ -5,7 +5,8 @@ session is refused; a damaged session file is refused, named, and kept.
 
 The tests may run as root, whom chmod does not stop: a folder "that cannot be written" is then
 a file put in the folder's place. A full folder is a file-size limit (RLIMIT_FSIZE) on the
-server: its writes beyond it fail with EFBIG as on a full disk (the server ignores SIGXFSZ).
+server: its writes beyond it fail with EFBIG as on a full disk (the server ignores SIGXFSZ);
+where a tmpfs can be mounted (root), also a folder on a 512 KB tmpfs (ENOSPC).
 """
 import contextlib
 import json
@@ -117,6 +118,44 @@ def full_folder(h):
     left = temporary_files(folder)
     assert not left, f"temporary files left: {left}"
     srv.normal_ok()
+    srv.stop()
+    with small_tmpfs(h.tmp / "tmpfs", "512k") as mounted:
+        if mounted:
+            full_tmpfs(h, mounted)
+        else:
+            print("     (no tmpfs can be mounted here: the file-size limit stands for a full disk)")
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size):
+    """A tmpfs of `size` at `path` when this machine lets us mount one (root, a container that
+    allows it), else None."""
+    path.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    try:
+        yield path if mounted else None
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(path)], check=False)
+
+
+def full_tmpfs(h, folder):
+    """A folder on a 512 KB tmpfs: the second session's save finds no space (ENOSPC)."""
+    srv = h.start(sessions_dir=folder)
+    create(srv, "a")
+    create(srv, "b")
+    assert srv.completion("ROMEO:", 4, session="a", **GREEDY)[0] == 200
+    status, body = srv.completion("ROMEO:", 4, session="b", **GREEDY)
+    message = error_of(body).get("message", "")
+    assert status == 507 and "session 'b' not saved" in message, \
+        f"a save into a full tmpfs got {status}: {body}"
+    assert tokens_of(srv, "b") == 0, "the session moved although its save failed"
+    left = temporary_files(folder)
+    assert not left, f"temporary files left on the full tmpfs: {left}"
+    srv.normal_ok()
+    srv.stop()
 
 
 def quotas(h):
