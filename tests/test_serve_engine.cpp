@@ -560,14 +560,4 @@ TEST(ServeSessions, LeastRecentlyUsedSpillToDiskAndSurviveARestart) {
   EXPECT_EQ(store.stats().on_disk, 2u);
 }
 
-TEST(ServeSessions, WithoutAFolderSessionsBeyondTheBudgetAreDropped) {
-  auto& f = fixture();
-  SessionStore store(f.model, 1, "");
-  std::string id = "x";
-  ASSERT_EQ(store.create(id), SessionStore::Result::kOk);
-  Session s;
-  EXPECT_EQ(store.acquire(id, s), SessionStore::Result::kNotFound);
-  EXPECT_EQ(store.stats().dropped, 1u);
-}
-
 }  // namespace
