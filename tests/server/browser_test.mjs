@@ -22,10 +22,19 @@ try {
   // when the browser gets the CPU only now and then: a short answer can arrive in 2 reads.
   await page.fill("#max_tokens", "2000");
   await page.fill("#seed", "3");
-  // Count the updates of the output while it streams: one big update would not be a stream.
+  // Watch the output while it streams: one big update would not be a stream. The number of
+  // updates is the number of the browser's network reads, which depends on how busy the
+  // machine is (several decoding steps may share one write, and one read takes all that has
+  // arrived), so what is checked is that text was shown part by part: several updates, and the
+  // completion on the page while it was still growing.
   await page.evaluate(() => {
     window.__updates = 0;
-    new MutationObserver(() => (window.__updates += 1)).observe(document.getElementById("out"), {
+    window.__lengths = [];
+    new MutationObserver(() => {
+      window.__updates += 1;
+      const c = document.querySelector("#out .completion");
+      window.__lengths.push(c ? c.textContent.length : 0);
+    }).observe(document.getElementById("out"), {
       childList: true, subtree: true, characterData: true,
     });
   });
@@ -34,12 +43,17 @@ try {
   const text = await page.textContent("#out .completion");
   const stats = await page.textContent("#stats");
   const updates = await page.evaluate(() => window.__updates);
+  const lengths = await page.evaluate(() => window.__lengths);
+  const partial = lengths.filter((n) => n > 0 && n < text.length).length;
   await page.screenshot({ path: screenshot, fullPage: true });
   assert.ok(text.length >= 100, `the completion has ${text.length} characters`);
-  assert.ok(updates >= 20, `the output changed only ${updates} times: not streamed`);
+  assert.ok(updates >= 5 && partial >= 3,
+            `the output changed ${updates} times, ${partial} of them with part of the text: ` +
+            "not streamed");
   assert.match(stats, /2000 tokens · [0-9.]+ tokens\/s · first token after \d+ ms/);
   assert.deepEqual(errors, []);
-  console.log(`ok   browser: ${text.length} characters in ${updates} updates; "${stats}" ` +
+  console.log(`ok   browser: ${text.length} characters in ${updates} updates (${partial} ` +
+              `partial); "${stats}" ` +
               `(${Date.now() - t0} ms, screenshot ${screenshot})`);
 } finally {
   await browser.close();
