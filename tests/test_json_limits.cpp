@@ -111,3 +111,23 @@ TEST(JsonLimits, SafetensorsHeaderOverItsBudgetIsRefused) {
       },
       {"m.safetensors: header would take more than", "of memory once parsed"});
 }
+
+TEST(JsonLimits, ANumberBeyondADoubleNamesItsKey) {
+  try {
+    retnet::parse_json(R"({"prompt":"a","max_tokens":1e999})", "request", "the body");
+    FAIL() << "1e999 parsed";
+  } catch (const retnet::JsonNumberOverflow& e) {
+    EXPECT_EQ(e.key(), "max_tokens");
+    EXPECT_STREQ(e.what(),
+                 "request: the body has a number too large for a double (1e999) as the value of "
+                 "key max_tokens");
+  }
+  try {
+    retnet::parse_json("[1,-1e400]", "a.json");
+    FAIL() << "-1e400 parsed";
+  } catch (const retnet::JsonNumberOverflow& e) {
+    EXPECT_EQ(e.key(), "");
+    EXPECT_STREQ(e.what(), "a.json: the file has a number too large for a double (-1e400)");
+  }
+  EXPECT_NO_THROW(retnet::parse_json(R"({"a":1e308,"b":1e-400})", "ok.json"));
+}

@@ -211,6 +211,22 @@ TEST(SamplerTest, TopKOneEqualsGreedyAtAnyTemperature) {
   }
 }
 
+// The smallest top_p a float holds (what the server passes for "top_p": 1e-300) keeps one
+// token: the most likely, even where the others together hold almost all the probability.
+TEST(SamplerTest, TinyTopPKeepsTheMostLikelyToken) {
+  std::mt19937_64 gen(3);
+  for (float top_p : {std::numeric_limits<float>::denorm_min(), 1e-30f, 1e-7f}) {
+    Sampler sampler(Params(/*temperature=*/2.0f, /*top_k=*/0, top_p, /*seed=*/11));
+    for (int trial = 0; trial < 100; ++trial) {
+      const auto logits = RandomLogits(gen, 200, /*integer_valued=*/trial % 2 == 0);
+      EXPECT_EQ(sampler.sample(logits.data(), 200, kNoRecent), Argmax(logits))
+          << "top_p " << top_p << " trial " << trial;
+    }
+    const std::vector<float> flat = {0.0f, 1e-3f, 0.0f, 0.0f};
+    ExpectProbabilitiesNear(sampler, flat, kNoRecent, {0.0, 1.0, 0.0, 0.0});
+  }
+}
+
 TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDifferent) {
   const std::vector<float> flat(1000, 0.0f);  // uniform: every draw is pure randomness
   auto run = [&](Sampler& sampler) {

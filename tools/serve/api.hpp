@@ -4,6 +4,7 @@
 // serve/http.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <limits>
@@ -39,6 +40,7 @@ struct ApiError : std::runtime_error {
     switch (status) {
       case 400:
       case 413:
+      case 415:
         return "invalid_request_error";
       case 401:
         return "authentication_error";
@@ -80,6 +82,15 @@ inline ApiError field_error(const JsonFieldError& e) {
   return ApiError(400, e.what(), e.field(), code);
 }
 
+/// A number beyond a double's range ("max_tokens": 1e999) as the 400 that names its field when
+/// it is an object member, else the request.
+inline ApiError number_overflow(const JsonNumberOverflow& e) {
+  const std::string what = e.key().empty() ? std::string("a number in the request")
+                                           : "'" + detail::escape_bounded(e.key(), 60) + "'";
+  return ApiError(400, what + " overflows a double (at most about 1.8e308)", e.key(),
+                  "out_of_range");
+}
+
 /// Reads a request body with `read(const JsonObject&)`. The body is parsed with the bounds of
 /// retnet::parse_json (nesting depth, no duplicate keys) and must be an object.
 template <class Read>
@@ -87,6 +98,8 @@ auto read_body(const std::string& body, Read&& read) {
   json j;
   try {
     j = parse_json(body, "request", "the body");
+  } catch (const JsonNumberOverflow& e) {
+    throw number_overflow(e);
   } catch (const FormatError& e) {
     throw ApiError(400, e.what(), "", "invalid_json");
   }
@@ -165,7 +178,9 @@ inline void read_sampler(const JsonObject& o, SamplerParams& s, int64_t vocab) {
   s.temperature = static_cast<float>(o.optional_number("temperature", 0, 2).value_or(1.0));
   const double top_p = o.optional_number("top_p", 0, 1).value_or(1.0);
   if (top_p <= 0) o.fail("top_p", "= " + json_excerpt(o.require("top_p")) + " is outside (0, 1]");
-  s.top_p = static_cast<float>(top_p);
+  // A top_p below the smallest float (1e-300) means the same as the smallest: the most likely
+  // token only. Rounded to float it would be 0, which the sampler refuses.
+  s.top_p = std::max(static_cast<float>(top_p), std::numeric_limits<float>::denorm_min());
   s.top_k = static_cast<int>(o.optional_integer("top_k", 0, vocab).value_or(0));
   s.repeat_penalty =
       static_cast<float>(o.optional_number("repetition_penalty", SamplerParams::kMinRepeatPenalty,

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <retnet/retnet.hpp>
 #include <string>
+#include <vector>
 
 #include "serve/api.hpp"
 #include "serve/engine.hpp"
@@ -21,6 +22,8 @@ struct ServerOptions {
   std::string model_id;  // the model's name in /v1/models and in every completion
   Limits limits;         // what one request may ask for
   std::string api_key;   // empty: no key required
+  std::string host;      // the address listened on (--host), a Host served without a key
+  std::vector<std::string> cors_origins;  // origins whose pages may call the API (--cors)
 };
 
 /// The parts every route reads; they outlive the server.
@@ -37,8 +40,10 @@ inline void reply(http::Response& res, int status, const json& body) {
   res.send(status, dump(body), "application/json");
 }
 
+/// An error answer; a 503 (busy, full queue, too many connections) says when to retry.
 inline void reply_error(http::Response& res, const ApiError& e) {
   reply(res, e.status, error_json(e));
+  if (e.status == 503) res.set_header("Retry-After", "1");
 }
 
 }  // namespace retnet::serve

@@ -1,5 +1,6 @@
-// The HTTP layer of `retnet serve`: the only file that knows the HTTP library (Boost.Beast over
-// Boost.Asio). Routes see Request, Response and StreamSink, which name nothing of the library.
+// The HTTP layer of `retnet serve`: this file (what routes see: Request, Response, StreamSink,
+// the Server's route table and options) and serve/http_connection.hpp (one client connection)
+// are the only code that knows the HTTP library (Boost.Beast over Boost.Asio).
 //
 // Connections are asynchronous on an io_context run by a few threads (ServerOptions::io_threads),
 // so an idle or slow client costs a socket and a timer, not a thread. Each connection reads a
@@ -14,13 +15,13 @@
 // not handled; HEAD is answered as GET without the body. Beyond max_connections open
 // connections, a new one is answered 503 with Retry-After and closed.
 //
-// Handlers may block (a completion waits for the engine), so they run on a separate pool of
-// `threads` threads, never on the io threads. A streamed answer (Response::stream) is pulled by
-// its `next` callback, which blocks up to a second waiting for tokens: the pull loop runs on that
-// pool too, and each StreamSink::write sends its chunk on the socket from that thread (no other
-// operation uses the socket meanwhile; a client that stops reading is dropped after
-// write_timeout_s). So a stream holds a pool thread while it runs; making the engine's jobs push
-// updates, and the writes asynchronous, would free it.
+// Handlers run on a separate pool of `threads` threads, never on the io threads, and should not
+// wait for long: an answer that takes time (a completion waiting for the engine) is deferred
+// (Response::defer) or streamed (Response::stream). Both are polled on the pool, without
+// blocking, whenever their producer wakes them (Wake) and every second, so a thousand waiting or
+// streaming answers hold no thread. While an answer is pending its connection watches the socket:
+// a client that closes it is seen at once and the answer's poll is told (client_gone), so the
+// work for it stops.
 #pragma once
 
 #include <atomic>
@@ -104,22 +105,38 @@ class Request {
   std::vector<std::string> params_;
 };
 
-/// Where a streamed answer writes.
+/// Asks for a pending answer to be polled again soon. Callable from any thread, any number of
+/// times, also after its connection has ended (it then does nothing).
+using Wake = std::function<void()>;
+
+/// Where a streamed answer writes, during one call of its `next`.
 class StreamSink {
  public:
-  /// False when the client is gone (the stream then ends).
-  bool write(std::string_view bytes) { return write_(bytes); }
-  /// The answer is complete.
+  /// Queues bytes to send when `next` returns; false when the client is gone (the stream then
+  /// ends).
+  bool write(std::string_view bytes) {
+    if (!client_gone_) out_.append(bytes);
+    return !client_gone_;
+  }
+  /// The answer is complete after what was written.
   void done() { done_ = true; }
+  /// Wakes the stream: its producer calls it when it has something new.
+  const Wake& wake() const { return wake_; }
 
  private:
   friend class Server;
-  explicit StreamSink(std::function<bool(std::string_view)> write) : write_(std::move(write)) {}
-  std::function<bool(std::string_view)> write_;
-  bool done_ = false;
+  std::string out_;
+  bool done_ = false, client_gone_ = false;
+  Wake wake_;
 };
 
-/// The answer to a request: a whole body, or a stream written piece by piece.
+/// What a deferred answer's poll is given.
+struct PollContext {
+  const Wake& wake;  // the producer calls it when it has something new
+  bool client_gone;  // the client has closed the connection: clean up, the answer is dropped
+};
+
+/// The answer to a request: a whole body now, later (defer), or a stream written piece by piece.
 class Response {
  public:
   void send(int status, std::string body, const char* content_type) {
@@ -131,9 +148,16 @@ class Response {
     headers_.emplace_back(name, value);
   }
 
-  /// Streams with status 200 after the handler returns: `next` is called on a pool thread until
-  /// it returns false (the client is gone, or it gave up) or calls sink.done(); `ended` once
-  /// when the stream ends, whichever way.
+  /// Answers after the handler returns: `poll` is called on a pool thread, once at first, then
+  /// whenever the Wake it is given is called and at least every second, and must not block. It
+  /// returns true once it has called send() on the response it gets (or, with client_gone,
+  /// when it has cleaned up).
+  void defer(std::function<bool(Response&, const PollContext&)> poll) { poll_ = std::move(poll); }
+
+  /// Streams with status 200 (chunked) after the handler returns: `next` is called like a
+  /// deferred poll, must not block, writes what it has (nothing is fine) and returns false to
+  /// give up or calls sink.done() after the last bytes. `ended` is called once when the stream
+  /// ends, whichever way.
   void stream(const char* content_type, std::function<bool(StreamSink&)> next,
               std::function<void()> ended) {
     status_ = 200;
@@ -147,6 +171,7 @@ class Response {
   int status_ = 404;
   std::string body_, content_type_ = "text/plain";
   std::vector<std::pair<std::string, std::string>> headers_;
+  std::function<bool(Response&, const PollContext&)> poll_;
   std::function<bool(StreamSink&)> next_;
   std::function<void()> ended_;
 };
@@ -161,7 +186,7 @@ using ErrorReply = std::function<void(Response&, int status, const std::string& 
 using AnswerObserver = std::function<void(int status)>;
 
 struct ServerOptions {
-  size_t threads = 64;                // handlers and streams running at once (a stream holds one)
+  size_t threads = 64;                // handlers (and polls of pending answers) running at once
   size_t io_threads = 2;              // threads running the connections' asynchronous I/O
   size_t max_body = 1 << 20;          // larger request bodies (chunked too) are answered 413
   size_t header_limit = 16 << 10;     // larger request headers are answered 431
@@ -172,6 +197,7 @@ struct ServerOptions {
   int write_timeout_s = 30;           // for the client to take one write, else it is dropped
   int retry_after_s = 1;              // Retry-After of the 503 when connections are full
   int backlog = 512;                  // connections waiting to be accepted
+  bool reuse_port = false;            // SO_REUSEPORT: share the port with other processes
 };
 
 /// Routes are regular expressions matched against the whole path; their groups are
@@ -193,8 +219,9 @@ class Server {
   void set_gate(Gate gate) { gate_ = std::move(gate); }
   void set_observer(AnswerObserver observer) { observer_ = std::move(observer); }
 
-  /// Binds to host:port (port 0: any free port) with SO_REUSEADDR but not SO_REUSEPORT, so a
-  /// busy port is an error; returns the port, or -1 with errno set.
+  /// Binds to host:port (port 0: any free port) with SO_REUSEADDR, and SO_REUSEPORT only with
+  /// options.reuse_port, so a busy port is an error unless asked for; returns the port, or -1
+  /// with errno set.
   int bind(const std::string& host, int port) {
     boost::system::error_code ec;
     detail::tcp::resolver resolver(io_);
@@ -204,6 +231,11 @@ class Server {
       const detail::tcp::endpoint at = found.begin()->endpoint();
       acceptor_.open(at.protocol(), ec);
       if (!ec) acceptor_.set_option(detail::net::socket_base::reuse_address(true), ec);
+      if (!ec && options_.reuse_port) {
+        const int on = 1;
+        if (::setsockopt(acceptor_.native_handle(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0)
+          ec.assign(errno, boost::system::system_category());
+      }
       if (!ec) acceptor_.bind(at, ec);
       if (!ec) acceptor_.listen(options_.backlog, ec);
     }
@@ -285,297 +317,6 @@ class Server {
   std::atomic<size_t> open_{0};
 };
 
-/// One client connection, on its own strand: reads requests one after another, hands each to
-/// the pool, writes the answer, and enforces the deadlines with one timer.
-class Server::Connection : public std::enable_shared_from_this<Server::Connection> {
- public:
-  Connection(Server& server, detail::tcp::socket socket, bool refused)
-      : server_(server),
-        socket_(std::move(socket)),
-        timer_(socket_.get_executor()),
-        buffer_(server.options_.header_limit + kReadAhead),
-        refused_(refused) {
-    if (!refused_) ++server_.open_;
-  }
-  ~Connection() {
-    if (!refused_) --server_.open_;
-  }
-
-  void start() {
-    if (!refused_) return read_header();
-    Response res = server_.error_response(503, "too many connections; retry later");
-    res.set_header("Retry-After", std::to_string(server_.options_.retry_after_s));
-    write(std::move(res), false, false, "-", "-");
-  }
-
- private:
-  using Error = boost::system::error_code;
-  using Seconds = std::chrono::seconds;
-
-  /// The deadline of the next operations: when it passes, they are cancelled and timed_out_ set.
-  void arm(int seconds) {
-    timed_out_ = false;
-    timer_.expires_after(Seconds(seconds));
-    timer_.async_wait([self = shared_from_this()](Error ec) {
-      if (ec) return;
-      self->timed_out_ = true;
-      Error ignored;
-      self->socket_.cancel(ignored);
-    });
-  }
-
-  void read_header() {
-    parser_.emplace();
-    parser_->header_limit(std::uint32_t(server_.options_.header_limit));
-    parser_->body_limit(std::uint64_t(server_.options_.max_body));
-    arm(server_.options_.header_timeout_s);
-    detail::bh::async_read_header(socket_, buffer_, *parser_,
-                                  [self = shared_from_this()](Error ec, size_t) {
-                                    self->timer_.cancel();
-                                    if (ec) return self->read_failed(ec);
-                                    self->check_header();
-                                  });
-  }
-
-  /// Refuses what this server does not take before reading the body.
-  void check_header() {
-    const auto& h = parser_->get();
-    size_t lengths = 0, bytes = h.method_string().size() + h.target().size() + 12;
-    for (const auto& f : h) {
-      if (f.name() == detail::bh::field::content_length) ++lengths;
-      bytes += f.name_string().size() + f.value().size() + 4;
-    }
-    // Beast 1.74 lets some headers past its own limit (many repeated lines); the buffer's
-    // bound keeps their memory in check, this the answer.
-    if (bytes > server_.options_.header_limit)
-      return refuse(431, "the request header is larger than the limit");
-    const auto encoding = h[detail::bh::field::content_encoding];
-    const auto transfer = h[detail::bh::field::transfer_encoding];
-    const auto expect = h[detail::bh::field::expect];
-    const auto length = parser_->content_length();
-    if (lengths > 1 || h[detail::bh::field::content_length].find(',') != boost::string_view::npos)
-      return refuse(400, "more than one Content-Length");
-    if (!encoding.empty() && !detail::iequals(encoding, "identity"))
-      return refuse(415, "Content-Encoding is not supported; send the body uncompressed");
-    if (!transfer.empty() && !detail::iequals(transfer, "chunked"))
-      return refuse(501, "Transfer-Encoding other than chunked is not supported");
-    if (length && *length > server_.options_.max_body)
-      return refuse(413, "the request body is larger than this server's limit");
-    if (!expect.empty() && !detail::iequals(expect, "100-continue"))
-      return refuse(417, "only 'Expect: 100-continue' is understood");
-    if (parser_->is_done()) return dispatch();
-    if (expect.empty()) return read_body();
-    static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    arm(server_.options_.write_timeout_s);
-    boost::asio::async_write(socket_, boost::asio::buffer(kContinue, sizeof kContinue - 1),
-                             [self = shared_from_this()](Error ec, size_t) {
-                               self->timer_.cancel();
-                               if (!ec) self->read_body();
-                             });
-  }
-
-  void read_body() {
-    arm(server_.options_.body_timeout_s);
-    detail::bh::async_read(socket_, buffer_, *parser_,
-                           [self = shared_from_this()](Error ec, size_t) {
-                             self->timer_.cancel();
-                             if (ec) return self->read_failed(ec);
-                             self->dispatch();
-                           });
-  }
-
-  /// A read that ended without a request: answered when something was sent, else closed.
-  void read_failed(Error ec) {
-    using e = detail::bh::error;
-    const bool started = parser_ && parser_->got_some();
-    if (ec == e::end_of_stream || ec == boost::asio::error::eof ||
-        ec == boost::asio::error::connection_reset || (timed_out_ && !started))
-      return close();
-    if (timed_out_) return refuse(408, "the request was not received in time");
-    if (ec == e::header_limit || (ec == e::buffer_overflow && !parser_->is_header_done()))
-      return refuse(431, "the request header is larger than the limit");
-    if (ec == e::body_limit)
-      return refuse(413, "the request body is larger than this server's limit");
-    if (ec == boost::asio::error::operation_aborted) return close();
-    refuse(400, "malformed HTTP request: " + ec.message());
-  }
-
-  /// Answers an error and closes the connection (what follows in it is not read).
-  void refuse(int status, const std::string& message) {
-    const std::string method = parser_ ? std::string(parser_->get().method_string()) : "-";
-    const std::string target = parser_ ? std::string(parser_->get().target()) : "-";
-    write(server_.error_response(status, message), false, method == "HEAD", method, target);
-  }
-
-  /// Hands the request to the pool; the answer comes back to this connection's strand.
-  void dispatch() {
-    ++requests_;
-    const bool keep =
-        parser_->get().keep_alive() && requests_ < server_.options_.keep_alive_requests;
-    auto req = std::shared_ptr<Request>(new Request(parser_->release()));
-    parser_.reset();
-    boost::asio::post(server_.work_, [self = shared_from_this(), req, keep] {
-      auto res = std::make_shared<Response>();
-      self->server_.route(*req, *res);
-      const bool head = req->method() == "HEAD";
-      boost::asio::post(self->socket_.get_executor(), [self, req, res, keep, head] {
-        if (res->next_ && !head) return self->start_stream(std::move(*res), keep, req->path());
-        if (res->ended_) res->ended_();
-        self->write(std::move(*res), keep, head, req->method(), req->path());
-      });
-    });
-  }
-
-  static void add_headers(detail::bh::fields& to, const Response& res) {
-    to.set(detail::bh::field::content_type, res.content_type_);
-    to.set("X-Content-Type-Options", "nosniff");
-    for (const auto& [name, value] : res.headers_) to.set(name, value);
-  }
-
-  /// Writes a whole answer; then reads the next request when `keep`, else closes.
-  void write(Response res, bool keep, bool head, const std::string& method,
-             const std::string& path) {
-    std::fprintf(stderr, "%s %s %d\n", method.c_str(), path.c_str(), res.status_);
-    if (server_.observer_) server_.observer_(res.status_);
-    auto out = std::make_shared<detail::bh::response<detail::bh::string_body>>();
-    out->result(unsigned(res.status_));
-    out->version(11);
-    add_headers(*out, res);
-    out->keep_alive(keep);
-    out->body() = std::move(res.body_);
-    out->prepare_payload();
-    if (head) out->body().clear();  // Content-Length stays that of GET's body
-    arm(server_.options_.write_timeout_s);
-    detail::bh::async_write(socket_, *out,
-                            [self = shared_from_this(), out, keep](Error ec, size_t) {
-                              self->timer_.cancel();
-                              if (!ec && keep) return self->read_header();
-                              if (ec) return self->close();
-                              self->linger();
-                            });
-  }
-
-  /// Closes after an answer the client may still be sending to: stops writing, then reads and
-  /// drops what comes for a few seconds, so that closing with unread data (which resets the
-  /// connection) does not destroy the answer before the client has read it.
-  void linger() {
-    Error ignored;
-    socket_.shutdown(detail::tcp::socket::shutdown_send, ignored);
-    arm(kLingerSeconds);
-    drain();
-  }
-
-  void drain() {
-    socket_.async_read_some(boost::asio::buffer(discard_),
-                            [self = shared_from_this()](Error ec, size_t) {
-                              if (!ec) return self->drain();
-                              self->close();
-                            });
-  }
-
-  /// Writes the header of a chunked answer, then runs the pull loop on the pool.
-  void start_stream(Response res, bool keep, const std::string& path) {
-    std::fprintf(stderr, "POST %s 200 (stream)\n", path.c_str());
-    if (server_.observer_) server_.observer_(200);
-    stream_head_.emplace();
-    stream_head_->result(200);
-    stream_head_->version(11);
-    add_headers(*stream_head_, res);
-    stream_head_->keep_alive(keep);
-    stream_head_->chunked(true);
-    serializer_.emplace(*stream_head_);
-    auto body = std::make_shared<Response>(std::move(res));
-    arm(server_.options_.write_timeout_s);
-    detail::bh::async_write_header(
-        socket_, *serializer_, [self = shared_from_this(), body, keep](Error ec, size_t) {
-          self->timer_.cancel();
-          if (ec) {
-            body->ended_();
-            return self->close();
-          }
-          boost::asio::post(self->server_.work_, [self, body, keep] { self->pull(*body, keep); });
-        });
-  }
-
-  /// The pull loop of a stream (on a pool thread): `next` until it stops, then the last chunk.
-  void pull(Response& res, bool keep) {
-    StreamSink sink([this](std::string_view bytes) { return write_chunk(bytes, false); });
-    while (!sink.done_ && res.next_(sink)) {
-    }
-    const bool clean = sink.done_ && write_chunk({}, true);
-    res.ended_();
-    boost::asio::post(socket_.get_executor(), [self = shared_from_this(), clean, keep] {
-      if (clean && keep) return self->read_header();
-      self->close();
-    });
-  }
-
-  /// Writes one chunk from the pull loop's thread, directly on the socket (nothing else uses it
-  /// while the stream runs): a send per chunk as the client's reads expect, without waiting on
-  /// the io threads. False when the client is gone or took more than write_timeout_s.
-  bool write_chunk(std::string_view bytes, bool last) {
-    if (failed_ || (!last && bytes.empty())) return !failed_;
-    char size[32];
-    std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
-    std::string data = last ? "0\r\n\r\n" : size;
-    if (!last) data.append(bytes).append("\r\n");
-    const int fd = socket_.native_handle();
-    const auto deadline =
-        std::chrono::steady_clock::now() + Seconds(server_.options_.write_timeout_s);
-    for (size_t sent = 0; sent < data.size();) {
-      const ssize_t n =
-          ::send(fd, data.data() + sent, data.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += size_t(n);
-        continue;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      pollfd p{fd, POLLOUT, 0};
-      if ((n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
-          left.count() <= 0 || ::poll(&p, 1, int(left.count())) < 0 ||
-          (p.revents & (POLLERR | POLLHUP)))
-        return !(failed_ = true);
-    }
-    return true;
-  }
-
-  void close() {
-    Error ignored;
-    timer_.cancel();
-    socket_.shutdown(detail::tcp::socket::shutdown_send, ignored);
-    socket_.close(ignored);
-  }
-
-  Server& server_;
-  detail::tcp::socket socket_;
-  boost::asio::steady_timer timer_;
-  boost::beast::flat_buffer buffer_;
-  std::optional<detail::bh::request_parser<detail::bh::string_body>> parser_;
-  std::optional<detail::bh::response<detail::bh::empty_body>> stream_head_;
-  std::optional<detail::bh::response_serializer<detail::bh::empty_body>> serializer_;
-  static constexpr int kLingerSeconds = 3;
-  static constexpr size_t kReadAhead = 64 << 10;  // bytes read beyond a header's limit
-  char discard_[16 << 10];
-  std::mutex mutex_;                 // guards the stream's queue: pending_, writing_, failed_
-  std::condition_variable written_;  // signalled as the queue drains or a write fails
-  std::string pending_, out_;        // queued by the pull loop; being written
-  bool writing_ = false, failed_ = false;
-  bool refused_ = false, timed_out_ = false;
-  size_t requests_ = 0;
-};
-
-inline void Server::accept() {
-  acceptor_.async_accept(detail::net::make_strand(io_), [this](auto ec, detail::tcp::socket s) {
-    if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      boost::system::error_code ignored;
-      s.set_option(detail::tcp::no_delay(true), ignored);  // a token per write
-      const bool full = open_.load() >= options_.max_connections;
-      std::make_shared<Connection>(*this, std::move(s), full)->start();
-    }
-    accept();
-  });
-}
-
 }  // namespace retnet::serve::http
+
+#include "serve/http_connection.hpp"

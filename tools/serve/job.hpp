@@ -1,12 +1,13 @@
 // A request as the engine sees it: its sampling parameters, and the queue of updates
-// (text, log-probabilities, the finish) that the engine thread publishes and the HTTP thread
-// serving the request takes.
+// (text, log-probabilities, the finish) that the engine thread publishes and the answer to the
+// request takes, woken by the job's listener.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,6 +48,9 @@ struct JobParams {
 struct Update {
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  // Where each published piece (a step's text and log-probabilities) ends in text and logprobs,
+  // so that a stream sends one event per piece however many a reader takes at once.
+  std::vector<std::pair<size_t, size_t>> piece_ends;
   bool done = false;
   std::string finish_reason;  // "stop" or "length" when done without error
   std::string error;          // set when the job failed
@@ -71,12 +75,20 @@ class Job {
   bool cancelled() const { return cancelled_; }
 
   /// Everything produced since the last call, waiting up to `timeout` for something.
-  Update take(std::chrono::milliseconds timeout) {
+  Update take(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait_for(lock, timeout, [&] { return !out_.empty(); });
     Update u = std::move(out_);
     out_ = Update{};
     return u;
+  }
+
+  /// Called (on the engine's thread, briefly) after each update is published: the reader's
+  /// cue to take() it.
+  void set_listener(std::function<void()> listener) {
+    auto shared = std::make_shared<const std::function<void()>>(std::move(listener));
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener_ = std::move(shared);
   }
 
   /// Valid once take() has returned an update with done set.
@@ -91,8 +103,9 @@ class Job {
       std::lock_guard<std::mutex> lock(mutex_);
       out_.text += text;
       for (auto& l : logprobs) out_.logprobs.push_back(std::move(l));
+      out_.piece_ends.emplace_back(out_.text.size(), out_.logprobs.size());
     }
-    cv_.notify_all();
+    notify();
   }
   void finish(std::string reason, std::string error = {}) {
     {
@@ -101,7 +114,16 @@ class Job {
       out_.finish_reason = std::move(reason);
       out_.error = std::move(error);
     }
+    notify();
+  }
+  void notify() {
     cv_.notify_all();
+    std::shared_ptr<const std::function<void()>> listener;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      listener = listener_;
+    }
+    if (listener) (*listener)();
   }
 
   JobParams params_;
@@ -109,6 +131,7 @@ class Job {
   std::mutex mutex_;
   std::condition_variable cv_;
   Update out_;
+  std::shared_ptr<const std::function<void()>> listener_;  // shared: a copy per update is free
   JobResult result_;
   Clock::time_point submitted_ = Clock::now();
 };

@@ -38,7 +38,8 @@ struct ServeOptions {
   std::string host;
   int port = 0;  // 0: any free port
   std::string api_key;
-  std::string sessions_dir;  // empty: sessions in memory only
+  std::vector<std::string> cors_origins;  // --cors
+  std::string sessions_dir;               // empty: sessions in memory only
   size_t sessions_memory_bytes = 0;
   int64_t max_tokens = 0;
   EngineOptions engine;
@@ -55,11 +56,14 @@ constexpr int kMaxBatch = 256;
 /// help line.
 struct ServeFlags {
   std::optional<std::string> model, api_key, sessions_dir, random_weights;
+  std::optional<std::string> api_key_file;
+  std::vector<std::string> cors;
   std::string host;
   int port = 0, max_batch = 0, http_threads = 0, max_connections = 0;
   int header_timeout = 0, body_timeout = 0;
   int64_t sessions_memory = 0, prefill_chunk = 0, max_tokens = 0, max_body = 0, max_queue = 0;
   int64_t max_header = 0;
+  bool reuse_port = false;
   std::optional<int> threads;
   std::optional<retnet::WeightType> weights;
 
@@ -72,6 +76,11 @@ struct ServeFlags {
     f.optional(api_key, "--api-key", "KEY",
                "require 'Authorization: Bearer KEY' (default: $RETNET_API_KEY if set, else no "
                "key)");
+    f.optional(api_key_file, "--api-key-file", "FILE",
+               "the API key from a file (its one line), not shown by ps as --api-key is");
+    f.list(cors, "--cors", "ORIGIN",
+           "let pages of this origin (http://host:port) call the API from a browser "
+           "(repeatable)");
     f.value(max_batch, "--max-batch", "N", 8, Range<int>{1, kMaxBatch},
             "requests decoded together in one step (at most 256)");
     f.optional(sessions_dir, "--sessions-dir", "DIR",
@@ -98,11 +107,46 @@ struct ServeFlags {
             "seconds to receive a request's header, and keep-alive idle time (408)");
     f.value(body_timeout, "--body-timeout", "S", 60, Range<int>{1, 3600},
             "seconds to receive a request's body (408)");
+    f.toggle(reuse_port, "--reuse-port",
+             "share the port with other processes (SO_REUSEPORT); without it a busy port is an "
+             "error");
     f.optional(random_weights, "--random-weights", "CONFIG",
                "(development) a config.json with random weights instead of -m, as `retnet bench "
                "--config`");
   }
 };
+
+/// The API key of --api-key, --api-key-file or $RETNET_API_KEY, in that order; empty when none
+/// is given. An empty key is refused: it would silently turn authentication off.
+std::string read_api_key(const ServeFlags& flags) {
+  if (flags.api_key && flags.api_key_file)
+    throw UsageError("serve: give --api-key or --api-key-file, not both");
+  if (flags.api_key_file) {
+    std::string key = retnet::read_regular_file(*flags.api_key_file, 4096, "key");
+    if (!key.empty() && key.back() == '\n') key.pop_back();
+    if (!key.empty() && key.back() == '\r') key.pop_back();
+    if (key.empty())
+      throw UsageError("serve: --api-key-file " + *flags.api_key_file +
+                       " is empty: an empty key would turn authentication off");
+    if (key.find_first_of("\r\n") != std::string::npos)
+      throw UsageError("serve: --api-key-file " + *flags.api_key_file +
+                       " holds more than one line: the key is its one line");
+    return key;
+  }
+  if (flags.api_key) {
+    if (flags.api_key->empty())
+      throw UsageError(
+          "serve: --api-key is empty: an empty key would turn authentication off (leave the flag "
+          "out to run without a key)");
+    return *flags.api_key;
+  }
+  const char* env = std::getenv("RETNET_API_KEY");
+  if (env && !*env)
+    throw UsageError(
+        "serve: RETNET_API_KEY is set but empty: an empty key would turn authentication off "
+        "(unset it to run without a key)");
+  return env ? env : "";
+}
 
 /// The command line read into ServeOptions; nullopt after --help, which it prints. A bad command
 /// line is a UsageError.
@@ -128,10 +172,14 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   o.threads = flags.threads.value_or(0);
   o.host = flags.host;
   o.port = flags.port;
-  if (flags.api_key)
-    o.api_key = *flags.api_key;
-  else if (const char* key = std::getenv("RETNET_API_KEY"))
-    o.api_key = key;
+  o.api_key = read_api_key(flags);
+  for (const std::string& origin : flags.cors) {
+    if (!is_origin(origin))
+      throw UsageError("serve: --cors " + retnet::excerpt(origin) +
+                       " is not an origin: expected http://HOST[:PORT] or https://HOST[:PORT], "
+                       "without a path");
+    o.cors_origins.push_back(origin);
+  }
   o.sessions_dir = flags.sessions_dir.value_or("");
   o.sessions_memory_bytes = size_t(flags.sessions_memory) << 20;
   o.max_tokens = flags.max_tokens;
@@ -145,6 +193,7 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   o.http.header_limit = size_t(flags.max_header);
   o.http.header_timeout_s = flags.header_timeout;
   o.http.body_timeout_s = flags.body_timeout;
+  o.http.reuse_port = flags.reuse_port;
   return o;
 }
 
@@ -217,6 +266,8 @@ int run(const ServeOptions& o) {
   Engine engine(*model, *tokenizer, o.engine);
   server_options.limits.max_tokens = o.max_tokens;
   server_options.api_key = o.api_key;
+  server_options.host = o.host;
+  server_options.cors_origins = o.cors_origins;
   Server server(*model, *tokenizer, engine, sessions, server_options);
   http::Server http(o.http, &Server::reply_http_error);
   server.add_routes(http);
@@ -229,6 +280,11 @@ int run(const ServeOptions& o) {
     engine.stop();  // fails what is running, so that every handler returns
     http.stop();
   });
+  if (o.api_key.empty() && !is_loopback_host(o.host))
+    std::fprintf(stderr,
+                 "retnet serve: warning: --host %s is not loopback and no API key is set: anyone "
+                 "who can reach it can use the model (set --api-key-file)\n",
+                 o.host.c_str());
   print_start(o, *model, server_options.model_id, port, sessions.persistent());
   const bool ok = http.listen();
   signals.finish();

@@ -1,6 +1,6 @@
 // The page `retnet serve` answers at "/": type a prompt, watch the completion stream in, see
 // tokens/s. Plain HTML and JavaScript in one string: nothing to build, nothing fetched besides
-// the server's own API.
+// the server's own API. The page's security headers name the hashes of its script and style.
 #pragma once
 
 namespace retnet::serve {
@@ -180,5 +180,14 @@ $("go").onclick = async () => {
 </body>
 </html>
 )PAGE";
+
+/// The Content-Security-Policy of the page: its own API only, its one inline script and style
+/// allowed by their SHA-256 (so no other script runs, whatever text a completion shows), never
+/// in a frame. Editing the <script> or <style> above changes their hash: the hostile-client
+/// test's case 17 (tests/server/hostile/api_cases.py) computes both and names the new values.
+inline const char* const kPageSecurityPolicy =
+    "default-src 'self'; script-src 'sha256-XJCfFdUeA/ZO/ffbGVNAtnA49cqDHu1Dv05PzdKXEGw='; "
+    "style-src 'sha256-5wD47/0J8o9uHKlUtZvvMZmJ97xJ9ka+xmhHs7NZV1k='; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'none'";
 
 }  // namespace retnet::serve

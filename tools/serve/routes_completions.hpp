@@ -69,6 +69,10 @@ class CompletionsRoute {
     CompletionRequest request;
     CompletionId names;
     int64_t session_tokens_before = 0;
+    bool listening = false;                       // the job wakes the answer
+    std::string text;                             // a deferred answer's text so far
+    std::vector<TokenLogprob> logprobs;           // and its log-probabilities
+    Clock::time_point last_write = Clock::now();  // a stream's last event
   };
 
   json session_json(const Completion& c, const JobResult& result) const {
@@ -93,83 +97,114 @@ class CompletionsRoute {
     return top >= 0 ? logprobs_json(logprobs, ctx_.tokenizer, top) : json(nullptr);
   }
 
+  /// Registers the answer's wake with the job once, so that each update polls the answer.
+  static void listen(Completion& c, const http::Wake& wake) {
+    if (c.listening) return;
+    c.job->set_listener(wake);
+    c.listening = true;
+  }
+
+  /// The whole completion as one object, once the job is done (deferred: no thread waits).
   void answer(const std::shared_ptr<Completion>& c, http::Response& res) const {
-    std::string text;
-    std::vector<TokenLogprob> logprobs;
-    Update u;
-    do {
-      u = c->job->take(std::chrono::seconds(1));
-      text += u.text;
-      for (auto& l : u.logprobs) logprobs.push_back(std::move(l));
-    } while (!u.done);
-    if (!u.error.empty()) throw job_error(u.error);
-    JobResult& result = c->job->result();
-    const json session = session_json(*c, result);
-    commit(*c);
-    json body = completion_json(c->names, text, logprobs_or_null(logprobs, c->request.logprobs),
-                                u.finish_reason);
-    body["usage"] = usage_json(result);
-    body["timings"] = timings_json(result);
-    if (!session.is_null()) body["session"] = session;
-    reply(res, 200, body);
+    res.defer([this, c](http::Response& out, const http::PollContext& poll) {
+      if (poll.client_gone) {  // nobody will read the answer: the job leaves the batch
+        c->job->cancel();
+        if (c->lease) c->lease->release();
+        return true;
+      }
+      listen(*c, poll.wake);
+      Update u = c->job->take();
+      c->text += u.text;
+      for (auto& l : u.logprobs) c->logprobs.push_back(std::move(l));
+      if (!u.done) return false;
+      try {
+        if (!u.error.empty()) throw job_error(u.error);
+        JobResult& result = c->job->result();
+        const json session = session_json(*c, result);
+        commit(*c);
+        json body = completion_json(
+            c->names, c->text, logprobs_or_null(c->logprobs, c->request.logprobs), u.finish_reason);
+        body["usage"] = usage_json(result);
+        body["timings"] = timings_json(result);
+        if (!session.is_null()) body["session"] = session;
+        reply(out, 200, body);
+      } catch (const ApiError& e) {
+        reply_error(out, e);
+      } catch (const std::exception& e) {
+        reply_error(out, ApiError(500, std::string("session not saved: ") + e.what()));
+      }
+      if (c->lease) c->lease->release();
+      return true;
+    });
   }
 
   /// Server-sent events: a chunk per update, the last with finish_reason (and, when asked, a
   /// usage chunk), then "data: [DONE]". While nothing comes, a comment line every second finds
-  /// out whether the client is still there; a failed write cancels the job.
+  /// out whether the client is still there; a client gone cancels the job.
   void stream(const std::shared_ptr<Completion>& c, http::Response& res) const {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto finished = std::make_shared<bool>(false);
     res.stream(
         "text/event-stream",
-        [this, c, finished](http::StreamSink& sink) {
-          const auto send = [&](const std::string& event) { return sink.write(event); };
-          const auto data = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
-          const auto end = [&] {
-            if (!send("data: [DONE]\n\n")) return false;
-            *finished = true;
-            sink.done();
-            return true;
-          };
-          Update u = c->job->take(std::chrono::seconds(1));
-          if (u.empty()) return send(": keep-alive\n\n");
-          const json lp = logprobs_or_null(u.logprobs, c->request.logprobs);
-          if ((!u.text.empty() || !u.logprobs.empty()) &&
-              !data(completion_json(c->names, u.text, lp, nullptr)))
-            return false;
-          if (!u.done) return true;
-          if (!u.error.empty()) return data(error_json(job_error(u.error))) && end();
-          JobResult& result = c->job->result();
-          const json session = session_json(*c, result);
-          try {
-            commit(*c);
-          } catch (const std::exception& e) {
-            data(error_json(ApiError(500, std::string("session not saved: ") + e.what())));
-            send("data: [DONE]\n\n");
-            *finished = true;
-            sink.done();
-            return true;
-          }
-          json last = completion_json(c->names, "", nullptr, u.finish_reason);
-          last["timings"] = timings_json(result);
-          if (!session.is_null()) last["session"] = session;
-          if (!data(last)) return false;
-          if (c->request.include_usage) {
-            json usage = completion_json(c->names, "", nullptr, nullptr);
-            usage["choices"] = json::array();
-            usage["usage"] = usage_json(result);
-            if (!session.is_null()) usage["session"] = session;
-            if (!data(usage)) return false;
-          }
-          return end();
-        },
+        [this, c, finished](http::StreamSink& sink) { return stream_next(*c, *finished, sink); },
         [c, finished] {
           // The stream has ended, written out or not: a job still running has lost its reader
           // (the client left, or a write failed) and leaves the batch.
           if (!*finished) c->job->cancel();
           if (c->lease) c->lease->release();
         });
+  }
+
+  /// One poll of a stream: what the job has produced since the last, as events.
+  bool stream_next(Completion& c, bool& finished, http::StreamSink& sink) const {
+    listen(c, sink.wake());
+    const auto send = [&](const std::string& event) {
+      c.last_write = Clock::now();
+      return sink.write(event);
+    };
+    const auto data = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
+    const auto end = [&] {
+      if (!send("data: [DONE]\n\n")) return false;
+      finished = true;
+      sink.done();
+      return true;
+    };
+    Update u = c.job->take();
+    if (u.empty())
+      return Clock::now() - c.last_write < std::chrono::seconds(1) || send(": keep-alive\n\n");
+    size_t text_at = 0, logprobs_at = 0;
+    for (const auto& [text_end, logprobs_end] : u.piece_ends) {
+      const std::vector<TokenLogprob> piece_logprobs(u.logprobs.begin() + logprobs_at,
+                                                     u.logprobs.begin() + logprobs_end);
+      const json lp = logprobs_or_null(piece_logprobs, c.request.logprobs);
+      if (!data(completion_json(c.names, u.text.substr(text_at, text_end - text_at), lp, nullptr)))
+        return false;
+      text_at = text_end;
+      logprobs_at = logprobs_end;
+    }
+    if (!u.done) return true;
+    if (!u.error.empty()) return data(error_json(job_error(u.error))) && end();
+    JobResult& result = c.job->result();
+    const json session = session_json(c, result);
+    try {
+      commit(c);
+    } catch (const std::exception& e) {
+      data(error_json(ApiError(500, std::string("session not saved: ") + e.what())));
+      return end();
+    }
+    json last = completion_json(c.names, "", nullptr, u.finish_reason);
+    last["timings"] = timings_json(result);
+    if (!session.is_null()) last["session"] = session;
+    if (!data(last)) return false;
+    if (c.request.include_usage) {
+      json usage = completion_json(c.names, "", nullptr, nullptr);
+      usage["choices"] = json::array();
+      usage["usage"] = usage_json(result);
+      if (!session.is_null()) usage["session"] = session;
+      if (!data(usage)) return false;
+    }
+    return end();
   }
 
   const ServerContext& ctx_;

@@ -1,9 +1,8 @@
-// The route table of `retnet serve`: which handler answers which path, the API key checked
-// before any route but the page and /health, and every handler's exceptions turned into
-// OpenAI-style error answers.
+// The route table of `retnet serve`: which handler answers which path, the gate (serve/gate.hpp:
+// the API key, Host, Origin and Content-Type checks) run before any route, and every handler's
+// exceptions turned into OpenAI-style error answers.
 #pragma once
 
-#include <cstdint>
 #include <exception>
 #include <string>
 #include <utility>
@@ -11,6 +10,7 @@
 #include "serve/api.hpp"
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
+#include "serve/gate.hpp"
 #include "serve/http.hpp"
 #include "serve/page.hpp"
 #include "serve/routes_completions.hpp"
@@ -20,13 +20,6 @@
 
 namespace retnet::serve {
 
-/// Compares without stopping at the first difference (the key is a secret).
-inline bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 /// The routes over one model; `model`, `tokenizer`, `engine` and `sessions` outlive it.
 class Server {
  public:
@@ -35,7 +28,8 @@ class Server {
       : ctx_{model, tokenizer, engine, sessions, std::move(options)},
         completions_(ctx_),
         sessions_(ctx_),
-        info_(ctx_) {}
+        info_(ctx_),
+        gate_(ctx_.options.api_key, ctx_.options.host, ctx_.options.cors_origins) {}
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
@@ -47,6 +41,9 @@ class Server {
   void add_routes(http::Server& http) {
     http.get("/", [](const http::Request&, http::Response& res) {
       res.send(200, kPage, "text/html; charset=utf-8");
+      res.set_header("Content-Security-Policy", kPageSecurityPolicy);
+      res.set_header("X-Frame-Options", "DENY");
+      res.set_header("Referrer-Policy", "no-referrer");
     });
     http.get("/health", handle([this](auto& req, auto& res) { info_.health(req, res); }));
     http.get("/v1/models", handle([this](auto& req, auto& res) { info_.models(req, res); }));
@@ -59,28 +56,11 @@ class Server {
              handle([this](auto& req, auto& res) { sessions_.get(req, res); }));
     http.del("/v1/sessions/(.*)",
              handle([this](auto& req, auto& res) { sessions_.remove(req, res); }));
-    http.set_gate([this](const http::Request& req, http::Response& res) {
-      return refused_without_key(req, res);
-    });
+    http.set_gate(
+        [this](const http::Request& req, http::Response& res) { return gate_(req, res); });
   }
 
  private:
-  /// Everything but the page and /health needs the key when one is set. True when refused
-  /// (the answer is written).
-  bool refused_without_key(const http::Request& req, http::Response& res) const {
-    const std::string& key = ctx_.options.api_key;
-    if (key.empty() || ((req.method() == "GET" || req.method() == "HEAD") &&
-                        (req.path() == "/" || req.path() == "/health")))
-      return false;
-    if (same_secret(req.header("Authorization"), "Bearer " + key)) return false;
-    reply_error(res, ApiError(401,
-                              req.has_header("Authorization")
-                                  ? "incorrect API key"
-                                  : "an API key is required: 'Authorization: Bearer KEY'",
-                              "", "invalid_api_key"));
-    return true;
-  }
-
   /// A handler whose ApiError and library errors become OpenAI-style answers.
   template <class Route>
   static http::Handler handle(Route route) {
@@ -101,6 +81,7 @@ class Server {
   CompletionsRoute completions_;
   SessionsRoutes sessions_;
   InfoRoutes info_;
+  Gate gate_;
 };
 
 }  // namespace retnet::serve

@@ -127,7 +127,15 @@ class BoundedJsonBuilder {
     return true;
   }
 
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& e) {
+    if (e.id == 406) {  // a number beyond a double's range ("1e999"): name where it stands
+      overflow_key_ = !stack_.empty() && stack_.back()->is_object() ? key_ : "";
+      overflow_ = true;
+      error_ = "has a number too large for a double (" + detail::escape_bounded(token, 40) + ")" +
+               (overflow_key_.empty() ? "" : " as the value of key " + name_excerpt(overflow_key_));
+      return false;
+    }
     // e.what() may quote the token read so far, of any length: keep a bounded excerpt.
     std::string what = e.what();
     const size_t tag = what.find("] ");
@@ -139,6 +147,10 @@ class BoundedJsonBuilder {
 
   json& root() { return root_; }
   const std::string& error() const { return error_; }
+  /// Whether the parse stopped at a number too large for a double, and the object key whose
+  /// value it is (empty inside an array or at the top).
+  bool overflow() const { return overflow_; }
+  const std::string& overflow_key() const { return overflow_key_; }
 
  private:
   json* add(json&& value) {
@@ -184,15 +196,30 @@ class BoundedJsonBuilder {
   std::vector<json*> stack_;
   std::string key_;
   std::string error_;
+  bool overflow_ = false;
+  std::string overflow_key_;
 };
 
 }  // namespace detail
 
+/// parse_json() met a number too large for a double ("1e999"); key() is the object key whose
+/// value it is (empty inside an array or at the top), so that a server can name the field.
+class JsonNumberOverflow : public FormatError {
+ public:
+  JsonNumberOverflow(std::string key, const std::string& message)
+      : FormatError(message), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
+
 /// Parses untrusted JSON `text`. Throws FormatError "LABEL: WHAT ..." when it is not valid JSON
-/// (strict: one value, trailing whitespace only), nests deeper than `max_depth`, has an object
-/// with a duplicate key, or would take more than json_memory_budget(text.size()) bytes once
-/// parsed ("LABEL: WHAT would take more than 95.4 MiB of memory once parsed ..."), refused
-/// while it is read. `what` names the part of the file parsed ("header").
+/// (strict: one value, trailing whitespace only; JsonNumberOverflow for a number too large for
+/// a double), nests deeper than `max_depth`, has an object with a duplicate key, or would take more
+/// than json_memory_budget(text.size()) bytes once parsed ("LABEL: WHAT would take more than 95.4
+/// MiB of memory once parsed ..."), refused while it is read. `what` names the part of the file
+/// parsed ("header").
 inline nlohmann::json parse_json(std::string_view text, const std::string& label,
                                  const std::string& what = "the file",
                                  size_t max_depth = kMaxJsonDepth) {
@@ -205,6 +232,8 @@ inline nlohmann::json parse_json(std::string_view text, const std::string& label
     throw FormatError(label + ": " + what + " is not valid JSON (" +
                       detail::escape_bounded(e.what(), 160) + ")");
   }
+  if (!ok && builder.overflow())
+    throw JsonNumberOverflow(builder.overflow_key(), label + ": " + what + " " + builder.error());
   if (!ok) {
     const std::string error = builder.error().empty() ? "is not valid JSON" : builder.error();
     throw FormatError(label + ": " + what + " " + error);
