@@ -1,8 +1,8 @@
 // The scheduler and session store of `retnet serve` (tools/serve/), without HTTP: every sequence
 // gets the same bits alone and in batches of any size (and the check would see one bit of
-// influence between rows); a request's output is the same alone or beside others; a continued
-// state equals one longer request; cancelled requests leave; sessions spill to disk, come back
-// after a restart and are never named by a path.
+// influence between rows); a request's output is the same alone or beside others; a short prompt
+// is read while a long one is; a continued state equals one longer request; cancelled requests
+// leave; sessions spill to disk, come back after a restart and are never named by a path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -351,9 +351,9 @@ TEST(ServeEngine, OutputsAreTheSameAloneAndTogether) {
 }
 
 TEST(ServeEngine, ShortPromptsWaitingTogetherAreReadInOneTurn) {
-  // A long prompt is read one whole chunk a turn (64 tokens, the turn's budget) while the others
-  // arrive; then six short ones (50 tokens to read; "Z" has none and joins at once) are read in
-  // one turn, and the last (40 tokens) does not fit in what is left of that chunk and waits.
+  // A long prompt is read one whole chunk a turn (64 tokens, the turn's budget); when the others
+  // lead, six short ones (50 tokens to read; "Z" has none and joins at once) are read in one
+  // turn, and the last (40 tokens) does not fit in what is left of that chunk and waits.
   std::string history;
   while (history.size() < 64 * 150 + 1) history += "ROMEO:\nWhat light through yonder window? ";
   history.resize(64 * 150 + 1);  // all but its last token: exactly 150 chunks
@@ -373,6 +373,37 @@ TEST(ServeEngine, ShortPromptsWaitingTogetherAreReadInOneTurn) {
   EXPECT_EQ(stats.completed, prompts.size());
   EXPECT_EQ(stats.largest_prefill, 6u);          // the short prompts, in one turn
   EXPECT_EQ(stats.largest_prefill_tokens, 64u);  // never more than one chunk in a turn
+}
+
+TEST(ServeEngine, AShortPromptIsReadWhileALongOneIs) {
+  // A long prompt (50 chunks) is in line first; a short one that arrives behind it leads the
+  // second turn it waits, so it gets its first token within 3 turns of the engine taking it, not
+  // after the 50 turns of the long prompt. Turns are counted by the engine, not timed.
+  std::string history;
+  while (history.size() < 64 * 50 + 1) history += "ROMEO:\nWhat light through yonder window? ";
+  history.resize(64 * 50 + 1);  // all but its last token: exactly 50 chunks
+  EngineOptions options = one_thread();
+  options.prefill_chunk = 64;
+  auto& f = fixture();
+  const auto solo = [&](const std::string& prompt, uint64_t seed) {
+    Engine engine(f.model, f.tokenizer, options);
+    auto job = make_job(prompt, 8, seed);
+    EXPECT_TRUE(engine.submit(job));
+    return drain(*job);
+  };
+  const std::string long_alone = solo(history, 3), short_alone = solo("JULIET:", 4);
+  Engine engine(f.model, f.tokenizer, options);
+  auto long_job = make_job(history, 8, 3), short_job = make_job("JULIET:", 8, 4);
+  ASSERT_TRUE(engine.submit(long_job));
+  ASSERT_TRUE(engine.submit(short_job));
+  EXPECT_EQ(drain(*short_job), short_alone);
+  EXPECT_EQ(drain(*long_job), long_alone);
+  const JobResult& s = short_job->result();
+  const JobResult& l = long_job->result();
+  EXPECT_GE(l.first_token_turn - l.taken_turn + 1, 50u);  // the long prompt took its 50 turns
+  EXPECT_LE(s.first_token_turn - s.taken_turn + 1, 3u);
+  EXPECT_LT(s.first_token_turn, l.first_token_turn);       // while the long prompt was being read
+  EXPECT_EQ(settled(engine).largest_prefill_tokens, 64u);  // never more than one chunk a turn
 }
 
 TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
@@ -410,6 +441,12 @@ TEST(ServeEngine, AContinuedStateEqualsOneLongerRequest) {
               0);
   EXPECT_EQ(second->result().prompt_tokens, 0);
   EXPECT_EQ(second->result().completion_tokens, 25);
+  // /metrics's counts: every prompt token once (the continued state's pending token is not a
+  // prompt token), and a first token for each of the three requests.
+  const auto stats = settled(engine);
+  EXPECT_EQ(stats.prompt_tokens, 6u + 6u + 0u);
+  EXPECT_EQ(stats.tokens, 40u + 15u + 25u);
+  EXPECT_EQ(stats.first_token_seconds.count(), 3u);
 }
 
 TEST(ServeEngine, StopStringsEndTokensAndZeroTokens) {
@@ -521,16 +558,6 @@ TEST(ServeSessions, LeastRecentlyUsedSpillToDiskAndSurviveARestart) {
   store.release(a);
   EXPECT_EQ(store.acquire(b, s), SessionStore::Result::kNotFound);
   EXPECT_EQ(store.stats().on_disk, 2u);
-}
-
-TEST(ServeSessions, WithoutAFolderSessionsBeyondTheBudgetAreDropped) {
-  auto& f = fixture();
-  SessionStore store(f.model, 1, "");
-  std::string id = "x";
-  ASSERT_EQ(store.create(id), SessionStore::Result::kOk);
-  Session s;
-  EXPECT_EQ(store.acquire(id, s), SessionStore::Result::kNotFound);
-  EXPECT_EQ(store.stats().dropped, 1u);
 }
 
 }  // namespace

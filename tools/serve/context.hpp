@@ -11,6 +11,7 @@
 #include "serve/api.hpp"
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
+#include "serve/metrics.hpp"
 #include "serve/sessions.hpp"
 
 namespace retnet::serve {
@@ -33,6 +34,7 @@ struct ServerContext {
   Engine& engine;
   SessionStore& sessions;
   ServerOptions options;
+  ServerMetrics& metrics;  // answers by status, streams open
   std::time_t started = std::time(nullptr);
 };
 

@@ -3,8 +3,11 @@
 //   1. takes new requests and drops cancelled ones (a cancelled request leaves the batch here,
 //      before the next step);
 //   2. reads waiting prompts, each into a state of its own, within a budget of prefill_chunk
-//      tokens for the whole turn (so running streams wait at most one chunk): the first prompt
-//      in arrival order reads its next piece, the others theirs while they fit in what is left.
+//      tokens for the whole turn (so running streams wait at most one chunk). The prompts take
+//      turns at leading: the leader reads its next piece, then the others, in order, read theirs
+//      while they fit in what is left, and the leader goes to the back of the line. So with n
+//      prompts being read each leads at least once in n turns, and a short prompt that arrives
+//      while a long one is read is read within n turns instead of after the whole long prompt.
 //      A piece is always the one that prompt would read alone (min(prefill_chunk, tokens left)),
 //      so a prompt is read in the same segments, and gets the same bits, whatever else waits;
 //      many short prompts that arrive together join in one turn instead of one per turn. A
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "serve/job.hpp"
+#include "serve/metrics.hpp"
 
 namespace retnet::serve {
 
@@ -125,6 +129,10 @@ struct EngineStats {
   size_t largest_prefill = 0;         // the most prompts one turn has read from
   size_t largest_prefill_tokens = 0;  // the most prompt tokens one turn has read
   uint64_t completed = 0, cancelled = 0, failed = 0, tokens = 0, steps = 0;
+  // Prompt tokens read, counted piece by piece: once a request's prompt is read, it has added
+  // its usage.prompt_tokens.
+  uint64_t prompt_tokens = 0;
+  Histogram first_token_seconds = first_token_histogram();  // from submit() to the first token
 };
 
 class Engine {
@@ -187,6 +195,7 @@ class Engine {
     int64_t produced = 0;
     size_t text_bytes = 0;  // bytes of the generated tokens so far (logprob offsets)
     Clock::time_point started, prompt_done, first_token;
+    uint64_t first_token_turn = 0;
   };
   using RunningPtr = std::unique_ptr<Running>;
 
@@ -199,7 +208,11 @@ class Engine {
         std::unique_lock<std::mutex> lock(mutex_);
         cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || has_work(); });
         if (stopping_) break;
-        for (auto& j : inbox_) waiting_.push_back(std::move(j));
+        ++turn_;
+        for (auto& j : inbox_) {
+          j->taken_turn_ = turn_;
+          waiting_.push_back(std::move(j));
+        }
         inbox_.clear();
         waiting_count_ = waiting_.size();
       }
@@ -319,9 +332,10 @@ class Engine {
     prefilling_.push_back(std::move(r));
   }
 
-  /// The prompt tokens of this turn: the first prompt's next piece, then, in arrival order,
-  /// each other prompt's next piece that fits in the rest of one chunk. Prompts read to their
-  /// end join the batch (or finish, with max_tokens 0).
+  /// The prompt tokens of this turn: the leading prompt's next piece, then, in line order,
+  /// each other prompt's next piece that fits in the rest of one chunk; the leader then goes to
+  /// the back of the line. Prompts read to their end join the batch (or finish, with
+  /// max_tokens 0).
   void prefill_turn() {
     Index budget = options_.prefill_chunk;
     size_t prompts = 0;
@@ -347,9 +361,12 @@ class Engine {
       }
       if (r.read == r.to_read.size()) prompt_read(prefilling_[i]);
     }
+    if (prefilling_.size() > 1 && prefilling_.front())  // the leader to the back of the line
+      std::rotate(prefilling_.begin(), prefilling_.begin() + 1, prefilling_.end());
     prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), nullptr),
                       prefilling_.end());
     std::lock_guard<std::mutex> lock(mutex_);
+    stats_.prompt_tokens += uint64_t(options_.prefill_chunk - budget);
     stats_.largest_prefill = std::max(stats_.largest_prefill, prompts);
     stats_.largest_prefill_tokens =
         std::max(stats_.largest_prefill_tokens, size_t(options_.prefill_chunk - budget));
@@ -360,6 +377,10 @@ class Engine {
   void prompt_read(RunningPtr& slot) {
     Running& r = *slot;
     r.prompt_done = Clock::now();
+    // The prompt's last token is read by the first step (a continued state's pending token took
+    // its place among the pieces).
+    const size_t prompt = r.job->params_.prompt.size();
+    if (prompt > r.read) count(&EngineStats::prompt_tokens, prompt - r.read);
     r.to_read = {};
     if (r.job->params_.max_tokens == 0) {
       complete(r, "length", &r.state);
@@ -402,7 +423,14 @@ class Engine {
     } else {
       for (Index r = 0; r < n; ++r) sample_one(r);
     }
-    count(&EngineStats::tokens, static_cast<uint64_t>(n));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.tokens += static_cast<uint64_t>(n);
+      for (Index r = 0; r < n; ++r)
+        if (decoding_[r]->produced == 1)
+          stats_.first_token_seconds.observe(
+              ms_between(decoding_[r]->job->submitted_, decoding_[r]->first_token) / 1000);
+    }
     // Finished requests leave now, last rows first so that the rows still to visit stay put.
     for (Index r = n - 1; r >= 0; --r) {
       if (outcomes_[r] == Outcome::kGoing) continue;
@@ -425,7 +453,10 @@ class Engine {
     // The whole row: a prompt's ids may lie beyond the tokenizer's (its repeat penalty reads
     // them); the sampler draws only ids the tokenizer can decode.
     const int32_t token = r.sampler->sample(logits, model_.config().vocab_size, r.recent);
-    if (r.produced == 0) r.first_token = Clock::now();
+    if (r.produced == 0) {
+      r.first_token = Clock::now();
+      r.first_token_turn = turn_;
+    }
     ++r.produced;
     r.recent.push_back(token);
     if (r.recent.size() > 512) r.recent.erase(r.recent.begin(), r.recent.end() - 256);
@@ -485,6 +516,8 @@ class Engine {
     res.queued_ms = ms_between(r.job->submitted_, r.started);
     res.prompt_ms = ms_between(r.started, r.prompt_done);
     res.first_token_ms = r.produced ? ms_between(r.job->submitted_, r.first_token) : 0;
+    res.taken_turn = r.job->taken_turn_;
+    res.first_token_turn = r.first_token_turn;
     res.total_ms = ms_between(r.job->submitted_, now);
     count(&EngineStats::completed);
     r.job->finish(reason);
@@ -512,8 +545,9 @@ class Engine {
   EngineStats stats_;
 
   // The engine thread's own.
+  uint64_t turn_ = 0;  // turns of the loop so far
   std::deque<std::shared_ptr<Job>> waiting_;
-  std::vector<RunningPtr> prefilling_;  // prompts being read, in arrival order
+  std::vector<RunningPtr> prefilling_;  // prompts being read, the next leader first
   std::vector<RunningPtr> decoding_;    // decoding_[r] is in row r of batch_
   DecodeBatch batch_;
   Workspace<float> ws_prefill_, ws_step_;

@@ -63,6 +63,9 @@ struct JobResult {
   std::optional<GenerationState<float>> state;  // with keep_state
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double queued_ms = 0, prompt_ms = 0, first_token_ms = 0, total_ms = 0;
+  // The turns of the engine's loop (numbered from 1) that took the job from the queue and that
+  // sampled its first token (0 without a token): how long it waited, counted in work, not time.
+  uint64_t taken_turn = 0, first_token_turn = 0;
 };
 
 /// A completion inside the engine: submitted by an HTTP thread, which then reads its updates.
@@ -134,6 +137,7 @@ class Job {
   std::shared_ptr<const std::function<void()>> listener_;  // shared: a copy per update is free
   JobResult result_;
   Clock::time_point submitted_ = Clock::now();
+  uint64_t taken_turn_ = 0;  // the engine turn that took it from the queue
 };
 
 }  // namespace retnet::serve

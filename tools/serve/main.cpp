@@ -41,6 +41,7 @@ struct ServeOptions {
   std::vector<std::string> cors_origins;  // --cors
   std::string sessions_dir;               // empty: sessions in memory only
   size_t sessions_memory_bytes = 0;
+  SessionQuota sessions_quota;  // --sessions-max, --sessions-disk
   int64_t max_tokens = 0;
   EngineOptions engine;
   http::ServerOptions http;
@@ -64,6 +65,8 @@ struct ServeFlags {
   int64_t sessions_memory = 0, prefill_chunk = 0, max_tokens = 0, max_body = 0, max_queue = 0;
   int64_t max_header = 0;
   bool reuse_port = false;
+  int64_t sessions_max = 0;
+  std::optional<int64_t> sessions_disk;
   std::optional<int> threads;
   std::optional<retnet::WeightType> weights;
 
@@ -86,7 +89,14 @@ struct ServeFlags {
     f.optional(sessions_dir, "--sessions-dir", "DIR",
                "keep sessions here too (they survive a restart)");
     f.value(sessions_memory, "--sessions-memory", "MB", 512, Range<int64_t>{0, 1 << 24},
-            "memory for session states (least recently used out)");
+            "memory for session states (least recently used out to --sessions-dir; without "
+            "it, a session beyond is refused: 429)");
+    f.value(sessions_max, "--sessions-max", "N", int64_t(SessionQuota{}.max_sessions),
+            Range<int64_t>{1, 1 << 24},
+            "sessions in all, in memory and on disk; more are refused (429)");
+    f.optional(sessions_disk, "--sessions-disk", "MB", Range<int64_t>{1, 1 << 24},
+               "bytes of session files in --sessions-dir; a larger save is refused (507) "
+               "(default 2048)");
     retnet::tools::declare_threads(f, threads);
     retnet::tools::declare_weights(f, weights);
     f.value(prefill_chunk, "--prefill-chunk", "N", 64, Range<int64_t>{1, 1 << 16},
@@ -182,6 +192,14 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   }
   o.sessions_dir = flags.sessions_dir.value_or("");
   o.sessions_memory_bytes = size_t(flags.sessions_memory) << 20;
+  if (!flags.sessions_dir && flags.sessions_memory == 0)
+    throw UsageError(
+        "serve: --sessions-memory 0 without --sessions-dir keeps no session: give a folder or "
+        "some memory");
+  if (!flags.sessions_dir && flags.sessions_disk)
+    throw UsageError("serve: --sessions-disk needs --sessions-dir");
+  o.sessions_quota.max_sessions = size_t(flags.sessions_max);
+  if (flags.sessions_disk) o.sessions_quota.disk_bytes = uint64_t(*flags.sessions_disk) << 20;
   o.max_tokens = flags.max_tokens;
   o.engine.max_batch = flags.max_batch;
   o.engine.prefill_chunk = flags.prefill_chunk;
@@ -260,7 +278,7 @@ int run(const ServeOptions& o) {
   ServerOptions server_options;
   const auto model = load_model(o, server_options.model_id);
   const auto tokenizer = load_tokenizer(o, *model);
-  SessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir);
+  SessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir, o.sessions_quota);
 
   StopSignals signals;  // before the threads of the engine and of HTTP, which inherit its mask
   Engine engine(*model, *tokenizer, o.engine);

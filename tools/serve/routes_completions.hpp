@@ -16,6 +16,7 @@
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
+#include "serve/routes_sessions.hpp"
 #include "serve/sessions.hpp"
 
 namespace retnet::serve {
@@ -36,7 +37,12 @@ class CompletionsRoute {
     p.logprobs = r.logprobs;
     if (!r.session.empty()) {
       Session s;
-      const auto got = ctx_.sessions.acquire(r.session, s);
+      SessionStore::Result got;
+      try {
+        got = ctx_.sessions.acquire(r.session, s);
+      } catch (const SessionRefused& e) {
+        throw session_refused_error(e);  // a damaged file
+      }
       if (got != SessionStore::Result::kOk) throw session_error(got, r.session, "session");
       c->lease = std::make_unique<SessionLease>(ctx_.sessions, r.session);
       c->session_tokens_before = s.tokens();
@@ -83,9 +89,16 @@ class CompletionsRoute {
   }
 
   /// The job ended well: store the session (before the client hears of the end, so that a
-  /// next request finds it).
+  /// next request finds it). Throws the ApiError of a save that failed: the session is then
+  /// as it was before the request.
   static void commit(Completion& c) {
-    if (c.lease) c.lease->commit(std::move(c.job->result().state));
+    try {
+      if (c.lease) c.lease->commit(std::move(c.job->result().state));
+    } catch (const SessionRefused& e) {
+      throw session_refused_error(e);
+    } catch (const std::exception& e) {
+      throw ApiError(500, std::string("session not saved: ") + e.what(), "", "session_not_saved");
+    }
   }
 
   static ApiError job_error(const std::string& error) {
@@ -131,7 +144,7 @@ class CompletionsRoute {
       } catch (const ApiError& e) {
         reply_error(out, e);
       } catch (const std::exception& e) {
-        reply_error(out, ApiError(500, std::string("session not saved: ") + e.what()));
+        reply_error(out, ApiError(500, std::string("internal error: ") + e.what()));
       }
       if (c->lease) c->lease->release();
       return true;
@@ -145,12 +158,14 @@ class CompletionsRoute {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto finished = std::make_shared<bool>(false);
+    ctx_.metrics.stream_opened();  // closed in `ended`, which the HTTP layer calls once
     res.stream(
         "text/event-stream",
         [this, c, finished](http::StreamSink& sink) { return stream_next(*c, *finished, sink); },
-        [c, finished] {
+        [c, finished, &metrics = ctx_.metrics] {
           // The stream has ended, written out or not: a job still running has lost its reader
           // (the client left, or a write failed) and leaves the batch.
+          metrics.stream_closed();
           if (!*finished) c->job->cancel();
           if (c->lease) c->lease->release();
         });
@@ -189,8 +204,8 @@ class CompletionsRoute {
     const json session = session_json(c, result);
     try {
       commit(c);
-    } catch (const std::exception& e) {
-      data(error_json(ApiError(500, std::string("session not saved: ") + e.what())));
+    } catch (const ApiError& e) {
+      data(error_json(e));
       return end();
     }
     json last = completion_json(c.names, "", nullptr, u.finish_reason);

@@ -1,5 +1,5 @@
-// The routes that describe the server and its model: GET /health, GET /v1/models,
-// GET /v1/models/ID, and the tokenizer's POST /tokenize and POST /detokenize.
+// The routes that describe the server and its model: GET /health, GET /metrics (Prometheus),
+// GET /v1/models, GET /v1/models/ID, and the tokenizer's POST /tokenize and POST /detokenize.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "serve/api.hpp"
 #include "serve/context.hpp"
 #include "serve/http.hpp"
+#include "serve/metrics.hpp"
 
 namespace retnet::serve {
 
@@ -59,6 +60,40 @@ class InfoRoutes {
             {{"max_tokens", ctx_.options.limits.max_tokens},
              {"max_batch", ctx_.engine.options().max_batch},
              {"prefill_chunk", ctx_.engine.options().prefill_chunk}}}});
+  }
+
+  /// GET /metrics: the engine's and the sessions' counts, the answers by status, the streams
+  /// open and the time to first token, in Prometheus's text format (docs/SERVER.md, "Metrics").
+  void metrics(const http::Request&, http::Response& res) const {
+    const auto e = ctx_.engine.stats();
+    const auto s = ctx_.sessions.stats();
+    MetricsText m;
+    MetricsText::Labelled answers;
+    for (const auto& [status, n] : ctx_.metrics.answers())
+      answers.emplace_back(std::to_string(status), double(n));
+    m.counter("retnet_http_responses_total",
+              "HTTP answers sent, by status (the HTTP layer's own refusals too).", "status",
+              answers);
+    m.counter("retnet_requests_total", "Completions the engine ended, by outcome.", "outcome",
+              {{"completed", double(e.completed)},
+               {"cancelled", double(e.cancelled)},
+               {"failed", double(e.failed)}});
+    m.counter("retnet_prompt_tokens_total", "Prompt tokens read.", double(e.prompt_tokens));
+    m.counter("retnet_generated_tokens_total", "Tokens generated.", double(e.tokens));
+    m.counter("retnet_decode_steps_total", "Batched decoding steps.", double(e.steps));
+    m.gauge("retnet_queue_length", "Requests waiting for a batch slot.", double(e.queued));
+    m.gauge("retnet_requests_prefilling", "Requests whose prompt is being read.",
+            double(e.prefilling));
+    m.gauge("retnet_requests_decoding", "Requests generating tokens.", double(e.decoding));
+    m.gauge("retnet_active_streams", "Streamed answers open.", double(ctx_.metrics.streams()));
+    m.gauge("retnet_sessions_in_memory", "Sessions held in memory.", double(s.in_memory));
+    m.gauge("retnet_sessions_on_disk", "Session files in --sessions-dir.", double(s.on_disk));
+    m.gauge("retnet_session_memory_bytes", "Bytes of the session states in memory.",
+            double(s.memory_bytes));
+    m.histogram("retnet_time_to_first_token_seconds",
+                "Seconds from a completion's arrival at the engine to its first token.",
+                e.first_token_seconds);
+    res.send(200, m.str(), MetricsText::kContentType);
   }
 
   /// GET /v1/models: the one model.

@@ -1,7 +1,9 @@
 // /v1/sessions: create a session (POST), describe one (GET /v1/sessions/ID) and delete one
-// (DELETE /v1/sessions/ID). Completions use them through serve/routes_completions.hpp.
+// (DELETE /v1/sessions/ID), and the answer to each refusal of the session store. Completions use
+// sessions through serve/routes_completions.hpp.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "serve/api.hpp"
@@ -11,6 +13,27 @@
 
 namespace retnet::serve {
 
+/// The answer to a refusal of the session store: 429 for too many sessions, 507 when the disk
+/// quota or the file system has no room, 500 for a damaged file or any other failure.
+inline ApiError session_refused_error(const SessionRefused& e) {
+  using Why = SessionRefused::Why;
+  switch (e.why()) {
+    case Why::kTooMany:
+      return ApiError(429, e.what(), "", "session_limit");
+    case Why::kDiskQuota:
+      return ApiError(507, e.what(), "", "session_disk_quota");
+    case Why::kFolderFull:
+      return ApiError(507, e.what(), "", "session_folder_full");
+    case Why::kDamaged:
+      return ApiError(500, e.what(), "", "session_damaged");
+    case Why::kUnreadable:
+      return ApiError(500, e.what(), "", "session_unreadable");
+    case Why::kNotSaved:
+      break;
+  }
+  return ApiError(500, e.what(), "", "session_not_saved");
+}
+
 class SessionsRoutes {
  public:
   explicit SessionsRoutes(const ServerContext& context) : ctx_(context) {}
@@ -18,7 +41,13 @@ class SessionsRoutes {
   /// POST /v1/sessions
   void create(const http::Request& req, http::Response& res) const {
     std::string id = parse_new_session(req.body());
-    if (ctx_.sessions.create(id) == SessionStore::Result::kExists)
+    SessionStore::Result created;
+    try {
+      created = ctx_.sessions.create(id);
+    } catch (const SessionRefused& e) {
+      throw session_refused_error(e);
+    }
+    if (created == SessionStore::Result::kExists)
       throw ApiError(409, "session '" + id + "' already exists", "id", "session_exists");
     reply(res, 201, session_info_json(id, SessionStore::Info{0, 0, true, false}));
   }
@@ -26,7 +55,12 @@ class SessionsRoutes {
   /// GET /v1/sessions/ID
   void get(const http::Request& req, http::Response& res) const {
     const std::string id = session_id(req);
-    const auto info = ctx_.sessions.info(id);
+    std::optional<SessionStore::Info> info;
+    try {
+      info = ctx_.sessions.info(id);
+    } catch (const SessionRefused& e) {
+      throw session_refused_error(e);
+    }
     if (!info)
       throw ApiError(404, "session '" + id + "' does not exist", "id", "session_not_found");
     reply(res, 200, session_info_json(id, *info));

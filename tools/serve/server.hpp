@@ -25,7 +25,7 @@ class Server {
  public:
   Server(const Model& model, const Tokenizer& tokenizer, Engine& engine, SessionStore& sessions,
          ServerOptions options)
-      : ctx_{model, tokenizer, engine, sessions, std::move(options)},
+      : ctx_{model, tokenizer, engine, sessions, std::move(options), metrics_},
         completions_(ctx_),
         sessions_(ctx_),
         info_(ctx_),
@@ -46,6 +46,7 @@ class Server {
       res.set_header("Referrer-Policy", "no-referrer");
     });
     http.get("/health", handle([this](auto& req, auto& res) { info_.health(req, res); }));
+    http.get("/metrics", handle([this](auto& req, auto& res) { info_.metrics(req, res); }));
     http.get("/v1/models", handle([this](auto& req, auto& res) { info_.models(req, res); }));
     http.get("/v1/models/(.+)", handle([this](auto& req, auto& res) { info_.model(req, res); }));
     http.post("/v1/completions", handle([this](auto& req, auto& res) { completions_(req, res); }));
@@ -58,6 +59,7 @@ class Server {
              handle([this](auto& req, auto& res) { sessions_.remove(req, res); }));
     http.set_gate(
         [this](const http::Request& req, http::Response& res) { return gate_(req, res); });
+    http.set_observer([this](int status) { metrics_.answered(status); });
   }
 
  private:
@@ -77,6 +79,7 @@ class Server {
     };
   }
 
+  ServerMetrics metrics_;  // before ctx_, which refers to it
   ServerContext ctx_;
   CompletionsRoute completions_;
   SessionsRoutes sessions_;

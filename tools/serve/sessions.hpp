@@ -2,16 +2,13 @@
 // memory up to a budget (least recently used out first), written to a folder so that it
 // outlives the process, and read back when a request names it.
 //
-// SessionFile is the only code that knows how a session is stored on disk; SessionStore is the
-// only code that touches the folder.
+// SessionFile (serve/session_file.hpp) is the only code that knows how a session is stored on
+// disk; SessionStore is the only code that touches the folder.
 #pragma once
 
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <list>
 #include <map>
 #include <memory>
@@ -23,9 +20,9 @@
 #include <string_view>
 #include <utility>
 
-namespace retnet::serve {
+#include "serve/session_file.hpp"
 
-using State = GenerationState<float>;
+namespace retnet::serve {
 
 /// Ids are [A-Za-z0-9_-]{1,64}: safe as a file name as they are, never a path.
 inline bool valid_session_id(std::string_view id) {
@@ -37,128 +34,126 @@ inline bool valid_session_id(std::string_view id) {
   return true;
 }
 
-/// What a session remembers: nothing yet (just created), or where its last request left off
-/// (the model state after every token read, the token still to read, the recent tokens for the
-/// repetition penalty). The state is never changed in place: a request reads it (the engine
-/// copies it into a state of its own) and a commit replaces it, so handing it to a request
-/// copies only a pointer.
-struct Session {
-  std::shared_ptr<const State> state;
+/// Why the store refused to create, save or read a session; the routes answer each with its
+/// status (serve/routes_sessions.hpp). The message names the session and the cause.
+class SessionRefused : public Error {
+ public:
+  enum class Why {
+    kTooMany,    // --sessions-max sessions exist, or the memory of a store without a folder is full
+    kDiskQuota,  // the session files would take more than --sessions-disk
+    kFolderFull,  // the file system refused the bytes (ENOSPC, EDQUOT, EFBIG)
+    kNotSaved,    // any other write failure (a read-only folder, ...)
+    kDamaged,     // the session's file is not a whole session of this model
+    kUnreadable,  // the session's file cannot be opened
+  };
+  SessionRefused(Why why, const std::string& message) : Error(message), why_(why) {}
+  Why why() const { return why_; }
 
-  int64_t tokens() const { return state ? state->model.positions.at(0) + 1 : 0; }
-  size_t bytes() const {
-    return sizeof(Session) +
-           (state ? state->model.size_bytes() + state->recent.size() * sizeof(int32_t) : 0);
-  }
+ private:
+  Why why_;
 };
 
-/// The file of one session: "RNSESSN1", a u8 (1: a state follows), then save_generation_state
-/// (its header carries the model's fingerprint and shapes, checked when read back, and its
-/// checksums cover every byte after the u8). A file without a state ends after the u8.
-struct SessionFile {
-  static constexpr char kMagic[8] = {'R', 'N', 'S', 'E', 'S', 'S', 'N', '1'};
-
-  /// Written to a temporary name and renamed, so that a crash leaves the old file or the new.
-  static void write(const std::filesystem::path& path, const Session& s,
-                    const RetNetModel<float>& model) {
-    static std::atomic<uint64_t> counter{0};
-    const auto tmp = path.string() + ".tmp" + std::to_string(::getpid()) + "_" +
-                     std::to_string(counter.fetch_add(1));
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) throw Error("cannot write session file " + tmp);
-      out.write(kMagic, sizeof kMagic);
-      const char has_state = s.state ? 1 : 0;
-      out.put(has_state);
-      if (s.state) save_generation_state(out, *s.state, model.fingerprint());
-      out.flush();
-      if (!out) {
-        std::error_code ec;
-        std::filesystem::remove(tmp, ec);
-        throw Error("cannot write session file " + tmp);
-      }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      std::filesystem::remove(tmp, ec);
-      throw Error("cannot rename session file to " + path.string());
-    }
-  }
-
-  static Session read(const std::filesystem::path& path, const RetNetModel<float>& model) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot open session file " + path.string());
-    char magic[sizeof kMagic] = {};
-    in.read(magic, sizeof magic);
-    if (!in || !std::equal(magic, magic + sizeof magic, kMagic))
-      throw FormatError(path.string() + ": not a retnet session file");
-    const int has_state = in.get();
-    if (has_state != 0 && has_state != 1)
-      throw FormatError(path.string() + ": malformed session file");
-    Session s;
-    if (has_state)
-      s.state = std::make_shared<const State>(load_generation_state(in, model, path.string()));
-    else
-      expect_end_of_state(in, path.string());  // a state whose flag byte was damaged
-    return s;
-  }
+/// What the store may hold: sessions in all (in memory and on disk) and bytes of session files.
+struct SessionQuota {
+  size_t max_sessions = 1024;                  // --sessions-max
+  uint64_t disk_bytes = uint64_t(2048) << 20;  // --sessions-disk
 };
 
 /// Sessions by id. A session used by a request is "busy" until the request ends: a second
 /// request for it is refused rather than queued behind it, and so is deleting it.
+///
+/// What a client is told is what the store holds: with a folder, a session's memory changes only
+/// after its file was written (a save that fails leaves both as they were), and a session leaves
+/// memory only when its file holds it. Without a folder no session is ever pushed out: the memory
+/// budget decides how many sessions may exist, each counted at its largest size, and creating one
+/// more is refused.
 class SessionStore {
  public:
   enum class Result { kOk, kNotFound, kBusy, kExists };
 
   struct Stats {
     size_t in_memory = 0, memory_bytes = 0, busy = 0, on_disk = 0;
-    uint64_t evicted = 0, dropped = 0;  // out of memory to disk; out of memory and gone
+    uint64_t disk_bytes = 0;  // of the session files
+    uint64_t evicted = 0;     // out of memory, kept on disk
+    uint64_t dropped = 0;     // out of memory and gone: stays 0, the store drops no session
   };
 
-  /// `dir` empty: memory only (a session pushed out of memory is then lost).
-  SessionStore(const RetNetModel<float>& model, size_t memory_budget, std::string dir)
-      : model_(model), budget_(memory_budget), dir_(std::move(dir)) {
-    if (!dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(dir_, ec);
-      if (!std::filesystem::is_directory(dir_))
-        throw Error("--sessions-dir " + dir_ + " is not a folder and cannot be created");
-      // Temporary files of writes that a crash interrupted.
-      for (const auto& e : std::filesystem::directory_iterator(dir_, ec))
-        if (e.path().string().find(".session.tmp") != std::string::npos)
-          std::filesystem::remove(e.path(), ec);
+  /// `dir` empty: memory only. Throws Error when the folder cannot be made, or when a store
+  /// without one could not hold a single session in `memory_budget`.
+  SessionStore(const RetNetModel<float>& model, size_t memory_budget, std::string dir,
+               SessionQuota quota = {})
+      : model_(model),
+        budget_(memory_budget),
+        dir_(std::move(dir)),
+        quota_(quota),
+        largest_session_(sizeof(Session) + model.new_state(1).size_bytes() +
+                         kMostRecentTokens * sizeof(int32_t)) {
+    if (!persistent()) {
+      if (memory_budget < largest_session_)
+        throw Error("--sessions-memory of " + megabytes(memory_budget) +
+                    " MB holds no session of this model (" + megabytes(largest_session_) +
+                    " MB each) and there is no --sessions-dir: give more, or a folder");
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (!std::filesystem::is_directory(dir_))
+      throw Error("--sessions-dir " + dir_ + " is not a folder and cannot be created");
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find(SessionFile::kTemporaryMark) != std::string::npos) {
+        std::filesystem::remove(e.path(), ec);  // of a write that a crash interrupted
+      } else if (e.path().extension() == ".session" && e.is_regular_file(ec) &&
+                 valid_session_id(e.path().stem().string())) {
+        const uint64_t size = e.file_size(ec);
+        files_[e.path().stem().string()] = ec ? 0 : size;
+        disk_bytes_ += ec ? 0 : size;
+      }
     }
   }
 
   bool persistent() const { return !dir_.empty(); }
 
   /// A new empty session; `id` empty: the store picks one. Sets `id` to the session's id.
+  /// Throws SessionRefused beyond the quota or when its file cannot be written.
   Result create(std::string& id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (id.empty()) {
-      do id = random_id();
-      while (known(id));
-    } else if (known(id)) {
-      return Result::kExists;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (id.empty()) {
+        do id = random_id();
+        while (known(id));
+      } else if (known(id)) {
+        return Result::kExists;
+      }
+      check_room_for_one_more();
+      insert(id, Session{}, /*busy=*/true);  // the id is taken while its file is written
+      ++creating_;
     }
-    Session s;
-    if (persistent()) SessionFile::write(file(id), s, model_);
-    insert(id, std::move(s));
-    evict();
+    if (persistent()) try {
+        save(id, Session{}, "not created");
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --creating_;
+        erase(entries_.find(id));
+        throw;
+      }
+    std::lock_guard<std::mutex> lock(mutex_);
+    --creating_;
+    release_locked(entries_.at(id), id);
     return Result::kOk;
   }
 
   /// Marks the session busy and hands it to `out`: the same state, which nothing changes, so a
   /// request that fails or is cancelled leaves its session untouched. No copy is made here: the
   /// engine copies the state into the request's own on its thread (engine.hpp, start_prefill),
-  /// which keeps the copying off the HTTP threads and out of requests that never start.
+  /// which keeps the copying off the HTTP threads and out of requests that never start. Throws
+  /// SessionRefused when the session's file is damaged or cannot be read.
   Result acquire(const std::string& id, Session& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
     if (it == entries_.end()) {
-      if (!persistent() || !std::filesystem::exists(file(id))) return Result::kNotFound;
-      it = insert(id, SessionFile::read(file(id), model_));
+      if (!on_disk(id)) return Result::kNotFound;
+      it = insert(id, read(id), /*busy=*/false);
     }
     Entry& e = it->second;
     if (e.busy) return Result::kBusy;
@@ -169,13 +164,15 @@ class SessionStore {
     return Result::kOk;
   }
 
-  /// Stores what a request left (written to the folder first) and releases the session.
+  /// Stores what a request left and releases the session. With a folder the file is written
+  /// first, and only once it is in place does the session in memory change: when the write
+  /// fails (SessionRefused) the session stays as it was, in memory and on disk.
   void commit(const std::string& id, Session s) {
-    std::optional<Error> failed;
     if (persistent()) try {
-        SessionFile::write(file(id), s, model_);  // outside the lock: the session is busy, so ours
-      } catch (const Error& e) {
-        failed = e;
+        save(id, s, "not saved");  // outside the lock: the session is busy, so ours
+      } catch (...) {
+        release(id);
+        throw;
       }
     std::lock_guard<std::mutex> lock(mutex_);
     Entry& e = entries_.at(id);
@@ -184,7 +181,6 @@ class SessionStore {
     e.bytes = e.session.bytes();
     memory_bytes_ += e.bytes;
     release_locked(e, id);
-    if (failed) throw *failed;
   }
 
   /// Releases a session unchanged (its request failed or was cancelled).
@@ -206,6 +202,7 @@ class SessionStore {
     if (persistent()) {
       std::error_code ec;
       found = std::filesystem::remove(file(id), ec) || found;
+      forget_file(id);
     }
     return found ? Result::kOk : Result::kNotFound;
   }
@@ -215,13 +212,14 @@ class SessionStore {
     size_t state_bytes = 0;
     bool in_memory = false, busy = false;
   };
+  /// Throws SessionRefused when the session's file is damaged or cannot be read.
   std::optional<Info> info(const std::string& id) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
     if (it != entries_.end())
       return Info{it->second.session.tokens(), it->second.bytes, true, it->second.busy};
-    if (!persistent() || !std::filesystem::exists(file(id))) return std::nullopt;
-    const Session s = SessionFile::read(file(id), model_);
+    if (!on_disk(id)) return std::nullopt;
+    const Session s = read(id);
     return Info{s.tokens(), s.bytes(), false, false};
   }
 
@@ -231,17 +229,17 @@ class SessionStore {
     s.in_memory = entries_.size();
     s.memory_bytes = memory_bytes_;
     s.busy = busy_;
+    s.on_disk = files_.size();
+    s.disk_bytes = disk_bytes_;
     s.evicted = evicted_;
-    s.dropped = dropped_;
-    if (persistent()) {
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(dir_, ec))
-        if (e.path().extension() == ".session") ++s.on_disk;
-    }
     return s;
   }
 
  private:
+  /// The engine keeps at most this many recent tokens in a state (engine.hpp): a session's
+  /// largest size counts them.
+  static constexpr size_t kMostRecentTokens = 512;
+
   struct Entry {
     Session session;
     size_t bytes = 0;
@@ -250,25 +248,113 @@ class SessionStore {
   };
   using Entries = std::map<std::string, Entry>;
 
+  static std::string megabytes(uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", double(bytes) / (1 << 20));
+    return text;
+  }
+
   std::filesystem::path file(const std::string& id) const {
     return std::filesystem::path(dir_) / (id + ".session");
   }
-  bool known(const std::string& id) const {
-    return entries_.count(id) || (persistent() && std::filesystem::exists(file(id)));
+  /// Whether the folder holds the session's file. One that is missing stays counted (it may be
+  /// back: a folder moved away for a while) until the session is deleted or the server restarts.
+  bool on_disk(const std::string& id) const {
+    std::error_code ec;
+    return persistent() && files_.count(id) && std::filesystem::exists(file(id), ec);
+  }
+  bool known(const std::string& id) const { return entries_.count(id) || files_.count(id); }
+
+  /// Throws SessionRefused kTooMany when one more session would break the quota (sessions in
+  /// all) or, without a folder, the memory budget.
+  void check_room_for_one_more() const {
+    // With a folder every session has a file, but for those whose first file is being written.
+    const size_t sessions = persistent() ? files_.size() + creating_ : entries_.size();
+    if (sessions >= quota_.max_sessions)
+      throw SessionRefused(SessionRefused::Why::kTooMany,
+                           "session not created: --sessions-max " +
+                               std::to_string(quota_.max_sessions) +
+                               " sessions exist; delete one (DELETE /v1/sessions/ID) first");
+    if (!persistent() && (entries_.size() + 1) * largest_session_ > budget_)
+      throw SessionRefused(
+          SessionRefused::Why::kTooMany,
+          "session not created: --sessions-memory " + megabytes(budget_) + " MB holds " +
+              std::to_string(budget_ / largest_session_) +
+              " sessions of this model and there is no --sessions-dir; delete one (DELETE "
+              "/v1/sessions/ID) first");
+  }
+  /// Reads the session's file; a file that is not a whole session of this model is refused,
+  /// never continued from and never removed.
+  Session read(const std::string& id) {
+    try {
+      return SessionFile::read(file(id), model_);
+    } catch (const FormatError& e) {
+      throw SessionRefused(SessionRefused::Why::kDamaged,
+                           "session '" + id + "' is damaged and cannot be continued (" + e.what() +
+                               "); delete it (DELETE /v1/sessions/" + id + ")");
+    } catch (const Error& e) {
+      throw SessionRefused(SessionRefused::Why::kUnreadable,
+                           "session '" + id + "' cannot be read: " + e.what());
+    }
   }
 
-  Entries::iterator insert(const std::string& id, Session s) {
+  /// Writes the session's file (called without the lock: the session is busy, so no one else
+  /// writes it), within the disk quota. `failed` says what a refusal means ("not saved").
+  void save(const std::string& id, const Session& s, const std::string& failed) {
+    const std::string what = "session '" + id + "' " + failed + ": ";
+    try {
+      SessionFileWriter writer(file(id));
+      writer.write(s, model_);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto old = files_.find(id);
+        const uint64_t others = disk_bytes_ - (old == files_.end() ? 0 : old->second);
+        if (others + writer.bytes() > quota_.disk_bytes)
+          throw SessionRefused(
+              SessionRefused::Why::kDiskQuota,
+              what + "the session files would take " + megabytes(others + writer.bytes()) +
+                  " MB, beyond --sessions-disk " + megabytes(quota_.disk_bytes) + " MB");
+        writer.replace();
+        disk_bytes_ = others + writer.bytes();
+        files_[id] = writer.bytes();
+      }
+      if (!writer.sync_folder())
+        std::fprintf(stderr, "retnet serve: warning: cannot sync %s after saving session '%s'\n",
+                     dir_.c_str(), id.c_str());
+    } catch (const SessionFileError& e) {
+      throw SessionRefused(
+          e.folder_full() ? SessionRefused::Why::kFolderFull : SessionRefused::Why::kNotSaved,
+          what + e.what());
+    }
+  }
+
+  void forget_file(const std::string& id) {
+    auto it = files_.find(id);
+    if (it == files_.end()) return;
+    disk_bytes_ -= it->second;
+    files_.erase(it);
+  }
+
+  Entries::iterator insert(const std::string& id, Session s, bool busy) {
     Entry e;
     e.bytes = s.bytes();
     e.session = std::move(s);
-    lru_.push_front(id);
-    e.lru = lru_.begin();
+    e.busy = busy;
+    if (busy) {
+      ++busy_;
+    } else {
+      lru_.push_front(id);
+      e.lru = lru_.begin();
+    }
     memory_bytes_ += e.bytes;
     return entries_.emplace(id, std::move(e)).first;
   }
 
   void erase(Entries::iterator it) {
-    if (!it->second.busy) lru_.erase(it->second.lru);
+    if (it->second.busy)
+      --busy_;
+    else
+      lru_.erase(it->second.lru);
     memory_bytes_ -= it->second.bytes;
     entries_.erase(it);
   }
@@ -281,12 +367,13 @@ class SessionStore {
     evict();
   }
 
-  /// Least recently used out first until the budget holds; busy sessions stay.
+  /// With a folder, least recently used out first until the budget holds (their files hold
+  /// them); busy sessions stay. Without one nothing leaves: creation is refused instead.
   void evict() {
+    if (!persistent()) return;
     while (memory_bytes_ > budget_ && !lru_.empty()) {
-      auto it = entries_.find(lru_.back());
-      persistent() ? ++evicted_ : ++dropped_;
-      erase(it);
+      ++evicted_;
+      erase(entries_.find(lru_.back()));
     }
   }
 
@@ -301,11 +388,14 @@ class SessionStore {
   const RetNetModel<float>& model_;
   const size_t budget_;
   const std::string dir_;
+  const SessionQuota quota_;
+  const size_t largest_session_;  // a state and the most recent tokens it keeps
   mutable std::mutex mutex_;
   Entries entries_;
-  std::list<std::string> lru_;  // most recent first; busy sessions are not in it
-  size_t memory_bytes_ = 0, busy_ = 0;
-  uint64_t evicted_ = 0, dropped_ = 0;
+  std::list<std::string> lru_;             // most recent first; busy sessions are not in it
+  std::map<std::string, uint64_t> files_;  // the session files: id -> bytes
+  size_t memory_bytes_ = 0, busy_ = 0, creating_ = 0;
+  uint64_t disk_bytes_ = 0, evicted_ = 0;
 };
 
 /// A session held by one request (acquired from the store): released unchanged unless the

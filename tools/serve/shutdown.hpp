@@ -1,7 +1,8 @@
 // How `retnet serve` stops: SIGINT and SIGTERM are taken by one thread of their own, which then
 // runs the server's stop (fail what is running so that every handler returns, stop listening).
 // The signals are blocked in every other thread, and a write to a client that has left must not
-// kill the process (SIGPIPE is ignored).
+// kill the process (SIGPIPE is ignored), nor a session file beyond the process's file-size
+// limit (SIGXFSZ is ignored: the write fails with EFBIG and the save is refused).
 #pragma once
 
 #include <pthread.h>
@@ -26,6 +27,7 @@ class StopSignals {
     sigaddset(&signals_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+    std::signal(SIGXFSZ, SIG_IGN);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
