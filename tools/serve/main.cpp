@@ -108,7 +108,7 @@ struct ServeFlags {
     f.value(max_queue, "--max-queue", "N", 256, Range<int64_t>{1, 1 << 20},
             "requests waiting beyond this are refused (503)");
     f.value(http_threads, "--http-threads", "N", 64, Range<int>{2, 4096},
-            "requests handled at once (a stream holds one)");
+            "handler threads: requests read into jobs, and polls of waiting answers, at once");
     f.value(max_connections, "--max-connections", "N", 512, Range<int>{1, 1 << 20},
             "open connections beyond this are refused (503)");
     f.value(max_header, "--max-header", "BYTES", 16384, Range<int64_t>{1024, 1 << 20},
