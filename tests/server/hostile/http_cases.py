@@ -326,7 +326,14 @@ def long_streams(h):
             f"the 64 streams were not all decoding after 30 s: {counts}"
         probe_ok(srv)
         probe_ok(srv)
-        streaming = sum(status_of(x) == 200 and b"data: " in x for x in heads)
+        # The reader takes from each stream every half second: give it a few rounds to have
+        # seen every stream's first event (they are all decoding, so each has one to send).
+        deadline, streaming = time.time() + 10, 0
+        while time.time() < deadline:
+            streaming = sum(status_of(x) == 200 and b"data: " in x for x in heads)
+            if streaming == 64:
+                break
+            time.sleep(0.25)
         assert streaming == 64, f"only {streaming} of 64 streams were answered and streaming " \
                                 "(the check needs them running)"
     finally:

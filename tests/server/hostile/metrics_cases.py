@@ -78,7 +78,9 @@ def stream_while_scraping(srv, scrapes):
     """A streamed completion; /metrics scraped once its first event is in. Returns (the scrape
     taken while it ran, its usage)."""
     c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    body = dict(prompt="ROMEO:", max_tokens=24, stream=True, seed=3,
+    # Long enough (a few seconds of the demo model, and more than the sockets' buffers hold)
+    # that the stream is still running when the scrape arrives.
+    body = dict(prompt="ROMEO:", max_tokens=4000, stream=True, seed=3,
                 stream_options={"include_usage": True})
     c.request("POST", "/v1/completions", body=json.dumps(body),
               headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
