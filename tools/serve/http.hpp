@@ -121,13 +121,13 @@ class StreamSink {
   /// The answer is complete after what was written.
   void done() { done_ = true; }
   /// Wakes the stream: its producer calls it when it has something new.
-  const Wake& wake() const { return wake_; }
+  const Wake& wake() const { return *wake_; }
 
  private:
   friend class Server;
   std::string out_;
   bool done_ = false, client_gone_ = false;
-  Wake wake_;
+  std::shared_ptr<const Wake> wake_;
 };
 
 /// What a deferred answer's poll is given.

@@ -220,8 +220,9 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
   /// Starts a deferred answer or a stream (after writing its header).
   void start_pending(std::shared_ptr<Response> res, bool keep, bool head, std::string method,
                      std::string path) {
-    pending_.emplace(Pending{std::move(res), keep, head, std::move(method), std::move(path)});
-    ++generation_;
+    ++generation_;  // before the wake, which carries it
+    pending_.emplace(Pending{std::move(res), std::make_shared<const Wake>(make_wake()), keep, head,
+                             std::move(method), std::move(path)});
     watch_client();
     heartbeat();
     if (!pending_->res->next_) return poll_now();
@@ -270,7 +271,7 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
     p.woken = false;
     auto sink = std::make_shared<StreamSink>();
     sink->client_gone_ = p.client_gone;
-    sink->wake_ = make_wake();
+    sink->wake_ = p.wake;
     boost::asio::post(
         server_.work_, [self = shared_from_this(), res = p.res, sink, gone = p.client_gone] {
           bool finished = false;
@@ -278,7 +279,7 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
             if (res->next_) {
               finished = !res->next_(*sink) || sink->done_;
             } else {
-              const PollContext context{sink->wake_, gone};
+              const PollContext context{*sink->wake_, gone};
               finished = res->poll_(*res, context);
             }
           } catch (...) {
@@ -382,6 +383,7 @@ class Server::Connection : public std::enable_shared_from_this<Server::Connectio
   /// The answer pending on this connection, and where its polls and writes stand.
   struct Pending {
     std::shared_ptr<Response> res;
+    std::shared_ptr<const Wake> wake;  // made once, handed to every poll
     bool keep = false, head = false;
     std::string method, path;
     bool polling = false, writing = false, woken = false, client_gone = false;

@@ -39,6 +39,20 @@ def status_of(raw):
     return int(m.group(1)) if m else 0
 
 
+def recv_all(sock):
+    """Everything `sock` receives until the peer closes it, or an error or its timeout."""
+    out = b""
+    try:
+        while True:
+            b = sock.recv(65536)
+            if not b:
+                break
+            out += b
+    except OSError:
+        pass
+    return out
+
+
 class Srv:
     """One running `retnet serve`."""
 
@@ -136,18 +150,13 @@ class Srv:
         """Sends data, then each of pieces; all bytes received until close or `wait` s."""
         s = socket.create_connection(("127.0.0.1", self.port))
         s.settimeout(wait)
-        out = b""
         try:
             s.sendall(data)
             for p in pieces:
                 s.sendall(p)
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                out += b
         except OSError:
             pass
+        out = recv_all(s)
         s.close()
         return out
 
@@ -155,7 +164,11 @@ class Srv:
         """A 4-token completion is answered 200 within `within_s` seconds, the server alive."""
         assert self.alive(), "the server is gone: " + self.log()[-1000:]
         t0 = time.time()
-        status, body = self.completion(max_tokens=4, timeout=within_s + 5)
+        try:
+            status, body = self.completion(max_tokens=4, timeout=within_s + 5)
+        except (socket.timeout, TimeoutError, ConnectionError) as e:
+            raise AssertionError(f"a normal request got no answer within {within_s + 5:.0f} s "
+                                 f"({e.__class__.__name__})") from None
         took = time.time() - t0
         assert status == 200, f"a normal request got {status}: {body}"
         assert took <= within_s, f"a normal request took {took:.2f} s (> {within_s} s)"

@@ -44,15 +44,6 @@ def start_with(h, **overrides):
     return h.start(kept, defaults=False)
 
 
-def probe_ok(srv, within_s=2.0):
-    """srv.normal_ok(), with a request that times out reported as the failure it is."""
-    try:
-        srv.normal_ok(within_s)
-    except (socket.timeout, TimeoutError, ConnectionError) as e:
-        raise AssertionError(f"a normal request got no answer within {within_s + 5:.0f} s "
-                             f"({e.__class__.__name__})") from None
-
-
 def post(extra=b"", body=b"", key=None):
     """A raw POST /v1/completions with the header lines `extra`, then `body`."""
     auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
@@ -89,15 +80,7 @@ def flood(srv, head, piece, total, wait=30.0):
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    out = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-    except OSError:
-        pass
+    out = harness.recv_all(s)
     stop.set()
     at_answer = sent[0]
     try:
@@ -129,7 +112,7 @@ def body_limit_chunked(h):
     with h.memory_bound(srv, 50):
         got = status_of(srv.raw(head, [chunk(b"x" * 16384)] * 64 + [b"0\r\n\r\n"]))
     assert got == 413, f"a 1 MiB chunked body (--max-body 64 KiB) got {got}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def body_limit_chunked_200mib(h):
@@ -140,7 +123,7 @@ def body_limit_chunked_200mib(h):
     print(f"     answered after {sent / MIB:.0f} MiB sent")
     assert status_of(out) == 413, f"a 200 MiB chunked body got {status_of(out)}: {out[:200]!r}"
     assert sent < 200 * MIB, "the 413 came only after the whole 200 MiB body was sent"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def body_gzip(h):
@@ -155,7 +138,7 @@ def body_gzip(h):
         out = srv.raw(post(b"Content-Encoding: gzip\r\nContent-Length: %d\r\n" % len(body), body))
     assert status_of(out) == 415, \
         f"a {len(body) // 1000} KB gzip body got {status_of(out)}: {out[:300]!r}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 # ---- cause 2: headers over the limit ----
@@ -166,7 +149,7 @@ def header_limits(h):
     assert status_of(one_long) == 431, f"a 5 KB header line got {status_of(one_long)}"
     many = srv.raw(get(extra=b"X-A: a\r\n" * 1000))
     assert status_of(many) == 431, f"1,000 header lines (8 KB) got {status_of(many)}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def header_16mb(h):
@@ -176,7 +159,7 @@ def header_16mb(h):
                           b"X-A: a\r\n" * 8192, 16 * MIB)
     print(f"     answered after {sent / MIB:.1f} MiB sent")
     assert status_of(out) == 431, f"16 MB of headers got {status_of(out)}: {out[:200]!r}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 # ---- cause 3: slow, idle and many connections; long streams ----
@@ -199,7 +182,7 @@ def slow_header_and_body(h):
     assert got == {"header": 408, "body": 408}, \
         f"a header not finished in --header-timeout 2 s got {got['header']}, a body not " \
         f"finished in --body-timeout 3 s got {got['body']} (wanted 408 for both)"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def still_open(sockets):
@@ -239,7 +222,7 @@ def idle_and_slow_connections(h):
         with h.memory_bound(srv, 50):
             time.sleep(0.5)
             for _ in range(3):
-                probe_ok(srv)
+                srv.normal_ok()
                 time.sleep(0.3)
         held = still_open(idle + slow)
         assert held == 128, f"only {held} of 128 idle and slow connections were still open " \
@@ -249,7 +232,7 @@ def idle_and_slow_connections(h):
         dribbler.join()
         for s in idle + slow:
             s.close()
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def too_many_connections(h):
@@ -273,7 +256,7 @@ def too_many_connections(h):
     time.sleep(0.5)
     out = srv.raw(get())
     assert status_of(out) == 200, f"once they are gone, GET /health got {status_of(out)}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def engine_counts(srv, timeout=2.0):
@@ -324,8 +307,8 @@ def long_streams(h):
             time.sleep(0.5)
         assert counts and counts["decoding"] >= 64, \
             f"the 64 streams were not all decoding after 30 s: {counts}"
-        probe_ok(srv)
-        probe_ok(srv)
+        srv.normal_ok()
+        srv.normal_ok()
         # The reader takes from each stream every half second: give it a few rounds to have
         # seen every stream's first event (they are all decoding, so each has one to send).
         deadline, streaming = time.time() + 10, 0
@@ -357,7 +340,7 @@ def page_ranges(h):
     assert len(body) == len(page), f"GET / with 2,000 ranges sent {len(body)} bytes, " \
                                    f"the page is {len(page)}"
     assert "multipart" not in got_headers.get("content-type", ""), got_headers
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 # ---- cause 10: framing ----
@@ -368,7 +351,7 @@ def framing_refused(h):
     assert status_of(both) == 400, f"Content-Length with chunked got {status_of(both)}"
     two = srv.raw(post(b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(JS), len(JS)), JS))
     assert status_of(two) == 400, f"two Content-Lengths got {status_of(two)}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def refused_body_not_a_request(h):
@@ -388,7 +371,7 @@ def pipelined(h):
     answers = out.count(b"HTTP/1.1 200")
     assert answers == 4, f"3 pipelined completions and a GET got {answers} answers 200 " \
                          f"(wanted 4): {out[:300]!r}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 # ---- cause 16: a busy port ----
@@ -406,7 +389,7 @@ def busy_port(h):
         raise AssertionError(f"a second server on the busy port {srv.port} started and ran")
     assert second.returncode != 0, f"a second server on a busy port exited 0: {err[-300:]}"
     assert "Address already in use" in err, f"the refusal does not say why: {err[-300:]}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 # ---- cause 17: Expect: 100-continue, HEAD, nosniff ----
@@ -434,7 +417,7 @@ def expect_continue(h):
     finally:
         s.close()
     assert status_of(out) == 200, f"the body after 100 Continue got {out[:200]!r}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def head_without_body(h):
@@ -445,7 +428,7 @@ def head_without_body(h):
             f"HEAD {path.decode()} with a key set got {status_of(out)} (GET is open)"
         assert out.split(b"\r\n\r\n", 1)[1] == b"", \
             f"HEAD {path.decode()} came with a body: {out[-100:]!r}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 def nosniff(h):
@@ -459,7 +442,7 @@ def nosniff(h):
     for what, headers in answers:
         assert headers.get("x-content-type-options") == "nosniff", \
             f"{what} has no 'X-Content-Type-Options: nosniff': {headers}"
-    probe_ok(srv)
+    srv.normal_ok()
 
 
 CASES = [

@@ -6,7 +6,7 @@ import threading
 import time
 
 from harness import Case
-from http_cases import engine_counts, post, probe_ok, start_with
+from http_cases import engine_counts, post, start_with
 
 
 def wait_for(srv, what, test, within_s):
@@ -28,7 +28,7 @@ def long_prompt_shares(h):
         daemon=True).start()
     try:
         wait_for(srv, "the long prompt was not being read", lambda c: c["prefilling"] >= 1, 10)
-        probe_ok(srv)
+        srv.normal_ok()
         counts = engine_counts(srv)
         assert counts is not None and counts["prefilling"] >= 1, \
             f"the long prompt was no longer being read after the probe ({counts}): the probe " \
@@ -53,7 +53,7 @@ def left_client_not_decoded(h):
         after = engine_counts(srv)
         assert after["tokens"] == gone["tokens"], \
             f"tokens went on growing after the cancel: {gone['tokens']} -> {after['tokens']}"
-        probe_ok(srv)
+        srv.normal_ok()
     finally:
         s.close()
         srv.stop()  # 100,000 tokens would take minutes of the machine
