@@ -317,7 +317,8 @@ expect_usage_error "bench --weights q7" "--weights: unknown weight type 'q7'" "$
 expect_usage_error "bench --config --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench --config "$model/config.json" --weights q7
 
 # --- bad input: one line, non-zero, no crash
-expect_error "no command" "missing command" "$retnet"
+"$retnet" >"$work/out" 2>"$work/err"  # bare retnet: the overview on stderr, exit 2
+if [ $? -eq 2 ] && grep -q "usage: retnet" "$work/err"; then ok; else fail "bare retnet: $(head -c 200 "$work/err")"; fi
 expect_error "unknown command" "unknown command 'frobnicate'" "$retnet" frobnicate
 expect_error "unknown flag" "unknown argument '--bogus'" "$retnet" generate -m "$model" --bogus
 expect_error "missing value" "--temp needs a value" "$retnet" generate -m "$model" --temp
@@ -327,10 +328,10 @@ expect_error "zero threads" "--threads must be in [1, " "$retnet" generate -m "$
 expect_error "huge threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 100000
 expect_error "wrapping threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 4294967297
 expect_error "wrapping repeat" "--repeat must be in [1, 1000]" "$retnet" bench -m "$model" --repeat 4294967296
-expect_error "huge seed" "--seed must be in [0, 9223372036854775807], got 18446744073709551615" "$retnet" generate -m "$model" --seed 18446744073709551615
+expect_error "huge seed" "--seed must be in [-1, 9223372036854775807], got 18446744073709551615" "$retnet" generate -m "$model" --seed 18446744073709551615
 expect_error "wrapping top-k" "--top-k must be in [0, " "$retnet" generate -m "$model" --top-k 4294967296
 expect_error "tiny repeat penalty" "--repeat-penalty must be in" "$retnet" generate -m "$model" --repeat-penalty 1e-40
-expect_error "bad top-p" "--top-p must be in [0, 1]" "$retnet" generate -m "$model" --top-p 1.5
+expect_error "bad top-p" "--top-p must be in (0, 1]" "$retnet" generate -m "$model" --top-p 1.5
 expect_error "no model" "-m is required" "$retnet" generate -p hi
 expect_error "missing model dir" "config.json" "$retnet" generate -m "$work/nowhere"
 expect_error "missing state file" "no such file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
@@ -358,7 +359,7 @@ expect_usage_error "bench recurrent prompt" "bench: --mode must be parallel or c
 expect_usage_error "bench bad logits" "bench: --logits must be last or all, got 'some'" "$retnet" bench --config "$model/config.json" --logits some
 expect_usage_error "score bad mode names the choices" "score: --mode must be parallel, chunkwise or recurrent, got 'sideways'" "$retnet" score -m "$model" --text hi --mode sideways
 expect_usage_error "detokenize without --ids" "detokenize: --ids is required" "$retnet" detokenize -m "$tok/llama2"
-expect_usage_error "a bad value refused with --help" "--top-p must be in [0, 1]" "$retnet" generate --help --top-p 2
+expect_usage_error "a bad value refused with --help" "--top-p must be in (0, 1]" "$retnet" generate --help --top-p 2
 expect_ok "--help without a required flag" "$retnet" convert --help
 contains "convert --help lists --weights" "$work/out" "--weights T"
 
@@ -472,7 +473,7 @@ expect_usage_error "subnormal float --top-p" "generate: --top-p must be 0 or of 
   "$retnet" generate -m "$model" --top-p 1e-40
 expect_usage_error "overflowing --temp" "generate: --temp must be in [0, 100], got 1e999" "$retnet" generate -m "$model" --temp 1e999
 expect_usage_error "--temp inf" "generate: --temp expects a number, got 'inf'" "$retnet" generate -m "$model" --temp inf
-expect_usage_error "--seed beyond int64" "generate: --seed must be in [0, 9223372036854775807], got 9223372036854775808" \
+expect_usage_error "--seed beyond int64" "generate: --seed must be in [-1, 9223372036854775807], got 9223372036854775808" \
   "$retnet" generate -m "$model" --seed 9223372036854775808
 expect_ok "a tiny normal --temp" "$retnet" generate -m "$model" -p hi -n 2 --temp 1e-30 --threads 1
 

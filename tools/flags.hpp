@@ -18,6 +18,11 @@
 // flag is a UsageError with one line that names the command, the flag and the problem. A flag
 // is given at most once ("--temp given twice"), except those declared as lists (`list`), whose
 // values accumulate in order.
+//
+// A flag may have several names, declared together: "-m|--model" (--help shows "-m, --model").
+// A value follows its flag as the next argument, after '=' ("--temp=0.5", "-m=DIR"), or, for a
+// one-letter flag, attached ("-n5"). An unknown flag close to a declared one is answered with
+// "did you mean --temp?".
 #pragma once
 
 #include <algorithm>
@@ -44,10 +49,15 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The inclusive range of an integer or floating-point flag.
+/// Whether a range's minimum is itself allowed.
+enum class Bound { kInclusive, kExclusive };
+
+/// The range of an integer or floating-point flag: [min, max], or (min, max] when the minimum is
+/// excluded (`{0, 1, Bound::kExclusive}`: "--top-p must be in (0, 1], got 0").
 template <typename T>
 struct Range {
   T min, max;
+  Bound min_bound = Bound::kInclusive;
 };
 
 /// T, in a parameter that takes its T from another argument (so that `{0, 100}` is a Range).
@@ -91,13 +101,15 @@ Range<T> effective_range(const std::optional<Range<T>>& range) {
   return range.value_or(Range<T>{std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max()});
 }
 
-/// " must be in [min, max], got TEXT" when x (read as the wider type Wide) lies outside the
-/// range or could not be held at all.
+/// " must be in [min, max], got TEXT" (or "(min, max]") when x (read as the wider type Wide)
+/// lies outside the range or could not be held at all.
 template <typename Wide, typename T>
 void check_range(Wide x, bool overflow, const Range<T>& range, const std::string& text) {
-  if (overflow || x < Wide(range.min) || x > Wide(range.max))
-    throw FlagValueError{" must be in [" + format(range.min) + ", " + format(range.max) +
-                         "], got " + text};
+  const bool exclusive = range.min_bound == Bound::kExclusive;
+  const bool below = exclusive ? !(x > Wide(range.min)) : x < Wide(range.min);
+  if (overflow || below || x > Wide(range.max))
+    throw FlagValueError{" must be in " + std::string(exclusive ? "(" : "[") + format(range.min) +
+                         ", " + format(range.max) + "], got " + text};
 }
 
 template <typename T>
@@ -218,35 +230,43 @@ class FlagTable {
   /// which case a required flag may be missing.
   bool parse(int argc, char** argv) {
     bool help = false;
-    std::vector<std::pair<Slot*, std::string>> given;
+    struct Given {
+      Slot* slot;
+      std::string name, text;  // the name as typed: messages quote what the user wrote
+    };
+    std::vector<Given> given;
     for (int i = 0; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "-h" || arg == "--help") {
         help = true;
         continue;
       }
-      Slot* slot = find(arg);
-      if (!slot)
-        throw UsageError(command_ + ": unknown argument '" + arg + "' (see retnet " + command_ +
-                         " --help)");
-      if (slot->value_name && i + 1 >= argc)
-        throw UsageError(command_ + ": " + arg + " needs a value");
+      const Split found = split(arg);
+      Slot* const slot = found.slot;
+      const std::string& name = found.name;
+      const std::optional<std::string>& attached = found.attached;
+      if (!slot) throw UsageError(command_ + ": unknown argument '" + arg + "'" + suggestion(arg));
+      if (!slot->value_name && attached)
+        throw UsageError(command_ + ": " + name + " takes no value, got '" + arg + "'");
+      if (slot->value_name && !attached && i + 1 >= argc)
+        throw UsageError(command_ + ": " + name + " needs a value");
       if (!slot->repeatable &&
-          std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.first == slot; }))
-        throw UsageError(command_ + ": " + arg + " given twice");
-      given.emplace_back(slot, slot->value_name ? argv[++i] : "");
+          std::any_of(given.begin(), given.end(), [&](const Given& g) { return g.slot == slot; }))
+        throw UsageError(command_ + ": " + name + " given twice");
+      std::string text = attached ? *attached : slot->value_name ? argv[++i] : "";
+      given.push_back({slot, name, std::move(text)});
     }
-    for (auto& [slot, text] : given) {
+    for (Given& g : given) {
       try {
-        slot->set(text);
+        g.slot->set(g.text);
       } catch (const flag_values::FlagValueError& e) {
-        throw UsageError(command_ + ": " + slot->name + e.problem);
+        throw UsageError(command_ + ": " + g.name + e.problem);
       }
-      slot->given = true;
+      g.slot->given = true;
     }
     for (const Slot& slot : slots_)
       if (slot.required && !slot.given && !help)
-        throw UsageError(command_ + ": " + slot.name + " is required");
+        throw UsageError(command_ + ": " + slot.names[0] + " is required");
     return help;
   }
 
@@ -254,7 +274,9 @@ class FlagTable {
   std::string help(const std::string& usage, const std::string& summary) const {
     std::string out = "usage: " + usage + "\n" + summary + "\n";
     for (const Slot& f : slots_) {
-      std::string left = "  " + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
+      std::string left = " ";
+      for (size_t k = 0; k < f.names.size(); ++k) left += (k ? ", " : " ") + f.names[k];
+      if (f.value_name) left += std::string(" ") + f.value_name;
       left.resize(std::max<size_t>(left.size() + 2, 24), ' ');
       out += left + f.help + (f.fallback.empty() ? "" : " (default " + f.fallback + ")") +
              (f.repeatable ? " (may be repeated)" : "") + "\n";
@@ -280,8 +302,8 @@ class FlagTable {
   }
 
   struct Slot {
-    std::string name;
-    const char* value_name;  // shown in --help: "N", "T", ...; nullptr for a switch
+    std::vector<std::string> names;  // the first one names the flag in messages
+    const char* value_name;          // shown in --help: "N", "T", ...; nullptr for a switch
     std::string help, fallback;
     bool required;
     std::function<void(const std::string&)> set;  // parses, checks and stores a given value
@@ -289,16 +311,86 @@ class FlagTable {
     bool repeatable = false;  // a list: each value given is appended
   };
 
-  void add(const char* name, const char* value_name, const char* help, std::string fallback,
+  /// "-m|--model" as its names.
+  static std::vector<std::string> split_names(const std::string& declared) {
+    std::vector<std::string> names;
+    size_t begin = 0;
+    while (true) {
+      const size_t end = std::min(declared.find('|', begin), declared.size());
+      names.push_back(declared.substr(begin, end - begin));
+      if (end == declared.size()) return names;
+      begin = end + 1;
+    }
+  }
+
+  void add(const char* declared, const char* value_name, const char* help, std::string fallback,
            bool required, std::function<void(const std::string&)> set) {
-    if (find(name)) throw std::logic_error(command_ + ": flag " + name + " declared twice");
-    slots_.push_back({name, value_name, help, std::move(fallback), required, std::move(set)});
+    std::vector<std::string> names = split_names(declared);
+    for (const std::string& name : names)
+      if (name.size() < 2 || name[0] != '-' || name.find('=') != std::string::npos || find(name))
+        throw std::logic_error(command_ + ": flag " + name + " declared twice or malformed");
+    slots_.push_back(
+        {std::move(names), value_name, help, std::move(fallback), required, std::move(set)});
   }
 
   Slot* find(const std::string& name) {
     for (Slot& s : slots_)
-      if (s.name == name) return &s;
+      if (std::find(s.names.begin(), s.names.end(), name) != s.names.end()) return &s;
     return nullptr;
+  }
+
+  struct Split {
+    Slot* slot;                           // nullptr: no flag of this command
+    std::string name;                     // the flag's name as typed
+    std::optional<std::string> attached;  // a value given in the same argument
+  };
+
+  /// An argument as a flag: "--temp", "--temp=0.5", "-m=DIR" or "-n5" (one-letter flags only).
+  Split split(const std::string& arg) {
+    if (Slot* slot = find(arg)) return {slot, arg, std::nullopt};
+    const size_t equals = arg.find('=');
+    if (equals != std::string::npos)
+      if (Slot* slot = find(arg.substr(0, equals)))
+        return {slot, arg.substr(0, equals), arg.substr(equals + 1)};
+    if (arg.size() > 2 && arg[0] == '-' && arg[1] != '-')
+      if (Slot* slot = find(arg.substr(0, 2)); slot && slot->value_name)
+        return {slot, arg.substr(0, 2), arg.substr(2)};
+    return {nullptr, arg, std::nullopt};
+  }
+
+  /// " (did you mean --temp?)" when a declared name is a typo or two away from the flag part of
+  /// `arg`, else the pointer to --help.
+  std::string suggestion(const std::string& arg) const {
+    const std::string typed = arg.substr(0, arg.find('='));
+    const std::string* best = nullptr;
+    size_t best_distance = std::numeric_limits<size_t>::max();
+    for (const Slot& slot : slots_)
+      for (const std::string& name : slot.names) {
+        const size_t d = edit_distance(typed, name);
+        if (d < best_distance) best_distance = d, best = &name;
+      }
+    // None in a one-letter flag, one in a short name, two in a longer one: beyond that the
+    // guess is noise.
+    const size_t allowed = typed.size() <= 3 ? 0 : typed.size() <= 5 ? 1 : 2;
+    if (typed.size() > 1 && typed[0] == '-' && best && best_distance <= allowed)
+      return " (did you mean " + *best + "?)";
+    return " (see retnet " + command_ + " --help)";
+  }
+
+  /// Levenshtein distance (insertions, deletions, substitutions), with a transposition of two
+  /// neighbours counted as one edit ("--tmep").
+  static size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i)
+      for (size_t j = 1; j <= b.size(); ++j) {
+        d[i][j] = std::min(
+            {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    return d[a.size()][b.size()];
   }
 
   std::string command_;

@@ -2,8 +2,10 @@
 // convert model folders. A thin frontend over the library: each command is a header of
 // tools/cli/ with a struct of typed flags (tools/flags.hpp: name, default, range and help,
 // declared once, which drive both parsing and --help) and a function that runs it.
-// Every error ends in one line on stderr and a non-zero exit status: 2 for a command line
-// refused before any work, 1 for a failure while working.
+// Every error ends in one line on stderr, "retnet COMMAND: problem", and a non-zero exit status:
+// 2 for a command line refused before any work, 1 for a failure while working. Bare `retnet`
+// prints the overview to stderr with status 2 (an incomplete command line); `retnet --help`
+// prints it to stdout with status 0, `retnet --version` the version.
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +24,10 @@
 #include "cli/score.hpp"
 #include "cli/tokenize.hpp"
 #include "flags.hpp"
+
+#ifndef RETNET_VERSION
+#error "RETNET_VERSION (the CMake project version) is defined by tools/CMakeLists.txt"
+#endif
 
 namespace {
 
@@ -47,7 +53,8 @@ int run(const Command& command, int argc, char** argv) {
 
 const Command kCommands[] = {
     {"generate", "retnet generate -m DIR [options]",
-     "Generates text from a prompt and streams it to stdout; speeds go to stderr.",
+     "Generates text from a prompt and streams it to stdout; load time, speeds and seed go "
+     "to stderr.",
      run<GenerateFlags, generate>},
     {"score", "retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]",
      "How well the model predicts a sequence: each token from the ones before it.",
@@ -77,7 +84,18 @@ std::string overview() {
     out += name + c.summary + "\n";
   }
   out += "  serve      An OpenAI-compatible HTTP server (the retnet-serve executable).\n";
-  return out + "Run `retnet COMMAND --help` for the options of each.\n";
+  return out +
+         "Run `retnet COMMAND --help` for the options of each, `retnet --version` for the "
+         "version.\n";
+}
+
+/// The one line of an error of `command`: "retnet COMMAND: problem". A message that already
+/// starts with "COMMAND: " (the flag table's, or a library function named like the command,
+/// "generate: the prompt is empty") keeps one prefix, not two.
+std::string error_line(const std::string& command, const std::string& message) {
+  const std::string own = command + ": ";
+  const bool prefixed = message.compare(0, own.size(), own) == 0;
+  return "retnet " + own + (prefixed ? message.substr(own.size()) : message) + "\n";
 }
 
 /// `retnet serve ...` runs retnet-serve from this executable's folder (its own executable, so
@@ -99,12 +117,16 @@ int exec_server(char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs("retnet: missing command (see retnet --help)\n", stderr);
+    std::fputs(overview().c_str(), stderr);
     return 2;
   }
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     std::fputs(overview().c_str(), stdout);
+    return 0;
+  }
+  if (name == "--version" || name == "version") {
+    std::printf("retnet %s\n", RETNET_VERSION);
     return 0;
   }
   if (name == "serve") return exec_server(argv);
@@ -118,16 +140,13 @@ int main(int argc, char** argv) {
   try {
     return command->main(*command, argc - 2, argv + 2);
   } catch (const retnet::tools::UsageError& e) {
-    std::fprintf(stderr, "retnet: %s\n", e.what());
+    std::fputs(error_line(name, e.what()).c_str(), stderr);
     return 2;
-  } catch (const retnet::Error& e) {
-    std::fprintf(stderr, "retnet %s: %s\n", name.c_str(), e.what());
-    return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "retnet %s: out of memory\n", name.c_str());
+    std::fputs(error_line(name, "out of memory").c_str(), stderr);
     return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "retnet %s: %s\n", name.c_str(), e.what());
+  } catch (const std::exception& e) {  // retnet::Error and the rest
+    std::fputs(error_line(name, e.what()).c_str(), stderr);
     return 1;
   }
 }

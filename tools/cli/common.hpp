@@ -26,7 +26,7 @@ using tools::UsageError;
 constexpr uint64_t kMaxTextFileBytes = uint64_t(256) << 20;
 
 inline void declare_model(FlagTable& f, std::string& model) {
-  f.required(model, "-m", "DIR", "model folder (config.json + weights)");
+  f.required(model, "-m|--model", "DIR", "model folder (config.json + weights)");
 }
 
 inline void declare_chunk_size(FlagTable& f, std::optional<Index>& chunk_size) {

@@ -1,16 +1,22 @@
-// `retnet generate`: text from a prompt, streamed to stdout as it is decoded; the speeds go to
-// stderr. A state saved after the prompt (--save-state) resumes it later (--load-state).
+// `retnet generate`: text from a prompt, streamed to stdout as it is decoded; the load time,
+// the speeds and the seed go to stderr. A state saved after the prompt (--save-state) resumes it
+// later (--load-state).
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <random>
+#include <retnet/io/output_file.hpp>
 #include <retnet/retnet.hpp>
 #include <retnet/tokenizers.hpp>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/common.hpp"
@@ -19,12 +25,15 @@ namespace retnet::cli {
 
 struct GenerateFlags {
   std::string model;
-  std::optional<std::string> prompt;
+  std::optional<std::string> prompt, prompt_file;
   int64_t max_new_tokens;
   float temperature;
   int top_k;
-  float top_p;
+  float top_p, min_p;
   float repeat_penalty;
+  int repeat_last_n;
+  float presence_penalty, frequency_penalty;
+  std::vector<std::string> logit_bias;
   int64_t seed;
   std::optional<int> threads;
   std::optional<Index> chunk_size;
@@ -33,18 +42,37 @@ struct GenerateFlags {
   std::optional<std::string> save_state, load_state;
 
   void declare(FlagTable& f) {
+    // The defaults are the one default sampler of the CLI, the server and its page.
+    const SamplerParams d = SamplerParams::shared_defaults();
+    constexpr float kPenalty = SamplerParams::kMaxPresenceFrequencyPenalty;
     declare_model(f, model);
-    f.optional(prompt, "-p", "TEXT", "prompt (default: a newline; with --load-state: nothing)");
-    f.value(max_new_tokens, "-n", "N", 256, {0, 1 << 24}, "tokens to generate");
-    f.value(temperature, "--temp", "T", 0.8, {0, 100}, "temperature; 0 = greedy");
-    f.value(top_k, "--top-k", "K", 40, {0, std::numeric_limits<int32_t>::max()},
+    f.optional(prompt, "-p|--prompt", "TEXT",
+               "prompt (default: a newline; with --load-state: nothing)");
+    f.optional(prompt_file, "-f|--file", "PATH",
+               "read the prompt from a regular file (at most 256 MiB)");
+    f.value(max_new_tokens, "-n|--n-predict|--max-tokens", "N", 256, {0, 1 << 24},
+            "tokens to generate");
+    f.value(temperature, "--temp|--temperature", "T", d.temperature, {0, 100},
+            "temperature; 0 = greedy");
+    f.value(top_k, "--top-k", "K", d.top_k, {0, std::numeric_limits<int32_t>::max()},
             "keep the K most likely tokens; 0 = off");
-    f.value(top_p, "--top-p", "P", 0.95, {0, 1},
-            "keep the smallest set reaching probability P (> 0)");
-    f.value(repeat_penalty, "--repeat-penalty", "R", 1.1,
+    f.value(top_p, "--top-p", "P", d.top_p, {0, 1, tools::Bound::kExclusive},
+            "keep the smallest set reaching probability P; 1 = off");
+    f.value(min_p, "--min-p", "P", d.min_p, {0, 1},
+            "keep tokens at least P x as likely as the most likely; 0 = off");
+    f.value(repeat_penalty, "--repeat-penalty", "R", d.repeat_penalty,
             {SamplerParams::kMinRepeatPenalty, SamplerParams::kMaxRepeatPenalty},
-            "penalty for the last 64 tokens; 1 = off");
-    f.value(seed, "--seed", "S", 0, {0, std::numeric_limits<int64_t>::max()}, "random seed");
+            "divide the logits of the last --repeat-last-n tokens by R; 1 = off");
+    f.value(repeat_last_n, "--repeat-last-n", "N", d.repeat_last_n, {0, 1 << 24},
+            "how many recent tokens the penalties look at; 0 = off");
+    f.value(presence_penalty, "--presence-penalty", "A", d.presence_penalty, {-kPenalty, kPenalty},
+            "subtract A from the logit of each token among them; 0 = off");
+    f.value(frequency_penalty, "--frequency-penalty", "B", d.frequency_penalty,
+            {-kPenalty, kPenalty}, "subtract B x its count there from a token's logit; 0 = off");
+    f.list(logit_bias, "--logit-bias", "ID=BIAS",
+           "add BIAS in [-100, 100] to token ID's logit; -100 bans it");
+    f.value(seed, "--seed", "S", -1, {-1, std::numeric_limits<int64_t>::max()},
+            "random seed; -1 = drawn at random (printed with the speeds)");
     tools::declare_threads(f, threads);
     declare_chunk_size(f, chunk_size);
     tools::declare_weights(f, weights);
@@ -55,57 +83,127 @@ struct GenerateFlags {
                "start from a state saved by --save-state (the prompt, if any, follows it)");
   }
 
-  GenerationParams params() const {
+  /// The generation parameters, sampling with `seed` (the given one, or one drawn for -1).
+  GenerationParams params(uint64_t sampler_seed) const {
     GenerationParams params;
     params.max_new_tokens = max_new_tokens;
-    params.sampler.temperature = temperature;
-    params.sampler.top_k = top_k;
-    params.sampler.top_p = top_p;
-    params.sampler.repeat_penalty = repeat_penalty;
-    params.sampler.seed = static_cast<uint64_t>(seed);
-    params.sampler.validate();
+    SamplerParams& s = params.sampler;
+    s.temperature = temperature;
+    s.top_k = top_k;
+    s.top_p = top_p;
+    s.min_p = min_p;
+    s.repeat_penalty = repeat_penalty;
+    s.repeat_last_n = repeat_last_n;
+    s.presence_penalty = presence_penalty;
+    s.frequency_penalty = frequency_penalty;
+    for (const std::string& item : logit_bias) s.logit_bias.push_back(parse_logit_bias(item));
+    s.seed = sampler_seed;
+    try {
+      s.validate();  // what the flags' ranges leave: an id given twice
+    } catch (const InvalidArgument& e) {
+      throw UsageError(std::string("generate: ") + e.what());
+    }
     params.chunk_size = chunk_size.value_or(0);
     params.stop_strings = stop;
     return params;
+  }
+
+  /// "ID=BIAS", each part checked as a flag's value is.
+  static std::pair<int32_t, float> parse_logit_bias(const std::string& item) {
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos)
+      throw UsageError("generate: --logit-bias expects ID=BIAS, got '" + item + "'");
+    namespace values = tools::flag_values;
+    std::pair<int32_t, float> entry;
+    std::string part = "ID";
+    try {
+      entry.first = values::read<int32_t>(item.substr(0, equals),
+                                          Range<int32_t>{0, std::numeric_limits<int32_t>::max()});
+      part = "BIAS";
+      entry.second = values::read<float>(
+          item.substr(equals + 1),
+          Range<float>{SamplerParams::kMinLogitBias, SamplerParams::kMaxLogitBias});
+    } catch (const values::FlagValueError& e) {
+      throw UsageError("generate: --logit-bias " + part + e.problem);
+    }
+    return entry;
+  }
+};
+
+/// A seed for --seed -1: from std::random_device, in [0, 2^63) so that --seed takes it back.
+inline uint64_t draw_random_seed() {
+  std::random_device random;
+  const uint64_t high = random(), low = random();
+  return ((high << 32) ^ low) >> 1;
+}
+
+/// The prompt: -p, -f's file, or a newline (nothing when resuming a state).
+inline std::string generate_prompt(const GenerateFlags& flags) {
+  if (flags.prompt && flags.prompt_file) throw UsageError("generate: give -p or -f, not both");
+  if (flags.prompt_file) return read_regular_file(*flags.prompt_file, kMaxTextFileBytes, "prompt");
+  return flags.prompt ? *flags.prompt : flags.load_state ? "" : "\n";
+}
+
+/// Text to stdout at once, remembering whether it ended a line.
+struct TextOut {
+  bool at_line_start = true;
+  void write(const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (!text.empty()) at_line_start = text.back() == '\n';
   }
 };
 
 inline int generate(const GenerateFlags& flags) {
   set_threads(flags.threads);
-  GenerationParams params = flags.params();
+  const uint64_t seed = flags.seed >= 0 ? static_cast<uint64_t>(flags.seed) : draw_random_seed();
+  GenerationParams params = flags.params(seed);
+  const std::string prompt = generate_prompt(flags);
+  // Created first, so that a path that cannot be written is refused before the model loads.
+  std::optional<ReplacingFile> state_out;
+  if (flags.save_state) state_out.emplace(*flags.save_state);
+
+  const auto load_start = std::chrono::steady_clock::now();
   const Model model = load_model<float>(flags.model, LoadOptions{flags.weights});
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
+  const double load_seconds = seconds_since(load_start);
+  for (const auto& [id, bias] : params.sampler.logit_bias)
+    if (id >= model.config().vocab_size)
+      throw InvalidArgument("--logit-bias id " + std::to_string(id) +
+                            " is outside the model's vocabulary [0, " +
+                            std::to_string(model.config().vocab_size) + ")");
   params.end_tokens = tokenizer->eos_ids();
   Generator<float> generator(model, *tokenizer);
 
-  const bool resume = flags.load_state.has_value();
-  const std::string prompt = flags.prompt ? *flags.prompt : resume ? "" : "\n";
   GenerationState<float> state;
-  if (resume) {
+  if (flags.load_state) {
     auto in = open_regular_file(*flags.load_state);
     state = load_generation_state(in, model, *flags.load_state);
     generator.continue_with(state, prompt, params);
   } else {
     state = generator.read_prompt(prompt, params);
   }
-  if (flags.save_state) {
-    std::ofstream out(*flags.save_state, std::ios::binary);
-    if (!out) throw UsageError("cannot write state file '" + *flags.save_state + "'");
-    save_generation_state(out, state, model.fingerprint());
+  if (state_out) {
+    std::ostringstream bytes;
+    save_generation_state(bytes, state, model.fingerprint());
+    const std::string data = bytes.str();
+    state_out->write(data.data(), data.size());
+    state_out->commit();
   }
-  if (!resume) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  std::fflush(stdout);
-  const auto r = generator.decode(state, params, [](Index, int32_t, const std::string& s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-  });
-  std::fputc('\n', stdout);
+  TextOut out;
+  if (!flags.load_state) out.write(prompt);
+  const auto r = generator.decode(
+      state, params, [&out](Index, int32_t, const std::string& piece) { out.write(piece); });
+  // The speed line goes to stderr, often the same terminal or file: it starts on a line of its
+  // own, and stdout is flushed before it so that nothing of the text can follow it.
+  if (!out.at_line_start) out.write("\n");
   std::fprintf(stderr,
-               "prompt: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f "
-               "tokens/s)\n",
-               static_cast<long long>(r.prompt_tokens), r.prompt_seconds,
+               "load: %.2f s; prompt: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens "
+               "in %.3f s (%.1f tokens/s); seed: %llu\n",
+               load_seconds, static_cast<long long>(r.prompt_tokens), r.prompt_seconds,
                r.prompt_tokens / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
-               r.decode_seconds, r.tokens.size() / std::max(r.decode_seconds, 1e-9));
+               r.decode_seconds, r.tokens.size() / std::max(r.decode_seconds, 1e-9),
+               static_cast<unsigned long long>(seed));
   return 0;
 }
 

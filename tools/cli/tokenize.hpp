@@ -2,6 +2,8 @@
 // holds only tokenizer files) between text and the token ids that `score --tokens` reads.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -16,7 +18,7 @@
 namespace retnet::cli {
 
 inline void declare_tokenizer_folder(FlagTable& f, std::string& folder) {
-  f.required(folder, "-m", "DIR", "a model folder, or one holding only tokenizer files");
+  f.required(folder, "-m|--model", "DIR", "a model folder, or one holding only tokenizer files");
 }
 
 struct TokenizeFlags {
@@ -60,11 +62,14 @@ struct DetokenizeFlags {
   }
 };
 
-/// decode(ids) to stdout byte for byte: special tokens skipped, nothing added (no newline).
+/// decode(ids) to stdout: special tokens skipped. Into a pipe or a file the bytes are exactly
+/// the text (so detokenize(tokenize(x)) == x); on a terminal a newline follows a text that does
+/// not end with one, so that the shell's prompt starts on a line of its own.
 inline int detokenize(const DetokenizeFlags& flags) {
   const auto tokenizer = load_tokenizer(flags.model);
   const std::string text = tokenizer->decode(parse_token_list(flags.ids, "detokenize"));
   std::fwrite(text.data(), 1, text.size(), stdout);
+  if (isatty(fileno(stdout)) && (text.empty() || text.back() != '\n')) std::fputc('\n', stdout);
   return 0;
 }
 
