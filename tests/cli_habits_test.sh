@@ -192,6 +192,7 @@ expect_line "tokenize without text" 2 "retnet tokenize: give exactly one of --te
 expect_line "score without input" 2 "retnet score: give exactly one of --text, --file, --tokens" \
   "$retnet" score -m "$model"
 expect_line "unknown command" 2 "retnet: unknown command 'frobnicate' (see retnet --help)" "$retnet" frobnicate
+expect_line "did you mean generate" 2 "retnet: unknown command 'genrate' (did you mean generate?)" "$retnet" genrate
 # --top-p 0 is refused by the range check itself.
 expect_line "--top-p 0" 2 "retnet generate: --top-p must be in (0, 1], got 0" "${gen[@]}" --top-p 0
 expect_ok "--top-p 1e-30 (a tiny p keeps the top token)" "${gen[@]}" -p hello -n 20 --top-p 1e-30 --seed 1

@@ -150,6 +150,22 @@ T read(const std::string& text, const std::optional<Range<T>>& range) {
 
 }  // namespace flag_values
 
+/// Levenshtein distance (insertions, deletions, substitutions), with a transposition of two
+/// neighbours counted as one edit ("--tmep").
+inline size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
 /// The flags of one command, bound to the members of its struct: what a struct's
 /// `declare(FlagTable&)` fills, and what parses the command line into those members.
 class FlagTable {
@@ -375,22 +391,6 @@ class FlagTable {
     if (typed.size() > 1 && typed[0] == '-' && best && best_distance <= allowed)
       return " (did you mean " + *best + "?)";
     return " (see retnet " + command_ + " --help)";
-  }
-
-  /// Levenshtein distance (insertions, deletions, substitutions), with a transposition of two
-  /// neighbours counted as one edit ("--tmep").
-  static size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-    for (size_t i = 1; i <= a.size(); ++i)
-      for (size_t j = 1; j <= b.size(); ++j) {
-        d[i][j] = std::min(
-            {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    return d[a.size()][b.size()];
   }
 
   std::string command_;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <iterator>
 #include <new>
 #include <retnet/retnet.hpp>
 #include <string>
@@ -89,6 +90,20 @@ std::string overview() {
          "version.\n";
 }
 
+/// "did you mean generate?" for a command a typo or two away, else the pointer to --help.
+std::string command_suggestion(const std::string& name) {
+  std::string names[std::size(kCommands) + 1];
+  for (size_t i = 0; i < std::size(kCommands); ++i) names[i] = kCommands[i].name;
+  names[std::size(kCommands)] = "serve";
+  const std::string* best = nullptr;
+  size_t best_distance = 3;  // two edits at most: beyond that the guess is noise
+  for (const std::string& known : names) {
+    const size_t d = retnet::tools::edit_distance(name, known);
+    if (d < best_distance) best_distance = d, best = &known;
+  }
+  return best && name.size() > 3 ? "did you mean " + *best + "?" : "see retnet --help";
+}
+
 /// The one line of an error of `command`: "retnet COMMAND: problem". A message that already
 /// starts with "COMMAND: " (the flag table's, or a library function named like the command,
 /// "generate: the prompt is empty") keeps one prefix, not two.
@@ -134,7 +149,8 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands)
     if (name == c.name) command = &c;
   if (!command) {
-    std::fprintf(stderr, "retnet: unknown command '%s' (see retnet --help)\n", name.c_str());
+    std::fprintf(stderr, "retnet: unknown command '%s' (%s)\n", name.c_str(),
+                 command_suggestion(name).c_str());
     return 2;
   }
   try {

@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
     const auto options = read_options(argc - 1, argv + 1);
     return options ? run(*options) : 0;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "retnet: %s\n", e.what());  // "retnet: serve: ...", as the CLI's
+    std::fprintf(stderr, "retnet %s\n", e.what());  // "retnet serve: ...", as the CLI's
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "retnet serve: %s\n", e.what());
