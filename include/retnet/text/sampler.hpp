@@ -28,7 +28,7 @@ struct SamplerParams {
   // there has presence_penalty + c x frequency_penalty subtracted from its logit. 0 = off.
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;
   // Added to an id's logit before anything else, in [-100, 100]; -100 bans the id.
-  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
   uint64_t seed = 0;
 
   /// The penalty divides or multiplies logits: far outside this range it turns them into 0 or
