@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,12 +24,14 @@
 #include "retnet/core/error.hpp"
 #include "retnet/core/file.hpp"
 #include "retnet/core/json.hpp"
-#include "retnet/text/hf/tokenizer_json.hpp"
 
 namespace retnet {
 
 /// Largest template file read (a message format is a few dozen bytes).
 constexpr uint64_t kMaxChatTemplateBytes = uint64_t{64} << 10;
+/// Largest tokenizer_config.json or chat_template.jinja read for its chat template (the
+/// limit of the tokenizer's companion files).
+constexpr uint64_t kMaxChatTemplateSourceBytes = uint64_t{64} << 20;
 
 /// One message of a conversation; role is "system", "user" or "assistant".
 struct ChatMessage {
@@ -72,19 +75,15 @@ class ChatTemplate {
   /// template that is not recognised, name() says so.
   static ChatTemplate for_model_folder(const std::string& dir) {
     require_folder(dir);
-    namespace hf = detail::hf;
-    const std::string own = hf::file_label(dir, "chat_template.txt");
-    if (entry_exists(own)) return from_file(path_in_folder(dir, "chat_template.txt"));
-    std::optional<std::string> jinja =
-        hf::read_optional_file(dir, "chat_template.jinja", hf::kMaxCompanionBytes);
+    if (entry_exists(label_in(dir, "chat_template.txt")))
+      return from_file(path_in_folder(dir, "chat_template.txt"));
+    std::optional<std::string> jinja = read_in_folder(dir, "chat_template.jinja");
     std::string source = "chat_template.jinja";
     std::string eos_text;
-    const std::optional<std::string> config =
-        hf::read_optional_file(dir, "tokenizer_config.json", hf::kMaxCompanionBytes);
+    const std::optional<std::string> config = read_in_folder(dir, "tokenizer_config.json");
     if (config) {
-      const std::string label = hf::file_label(dir, "tokenizer_config.json");
+      const std::string label = label_in(dir, "tokenizer_config.json");
       const nlohmann::json document = parse_json(*config, label);
-      hf::require_object(document, label);
       const JsonObject o(document, label);
       eos_text = token_text(o, "eos_token");
       if (!jinja && o.has("chat_template")) {
@@ -97,7 +96,7 @@ class ChatTemplate {
     if (contains(*jinja, "<|user|>") && contains(*jinja, "<|assistant|>") && !eos_text.empty())
       return zephyr(eos_text);
     ChatTemplate fallback = plain();
-    fallback.name_ = "plain (the Jinja chat_template of " + hf::file_label(dir, source) +
+    fallback.name_ = "plain (the Jinja chat_template of " + label_in(dir, source) +
                      " is not one this reader recognises; give --chat-template FILE)";
     return fallback;
   }
@@ -154,6 +153,19 @@ class ChatTemplate {
 
   std::string opening(const std::string& role) const {
     return substitute(format_.substr(0, format_.find(kContent)), role, nullptr);
+  }
+
+  /// File `name` of folder `dir` as messages name it ("DIR/NAME").
+  static std::string label_in(const std::string& dir, const std::string& name) {
+    return (std::filesystem::path(dir) / name).string();
+  }
+
+  /// The text of file `name` in folder `dir`, or nullopt when there is none (a link out of the
+  /// folder, a dangling link, a FIFO or a file over the limit are FormatErrors).
+  static std::optional<std::string> read_in_folder(const std::string& dir,
+                                                   const std::string& name) {
+    if (!entry_exists(label_in(dir, name))) return std::nullopt;
+    return read_regular_file(path_in_folder(dir, name), kMaxChatTemplateSourceBytes, name);
   }
 
   static bool contains(const std::string& s, const char* part) {
