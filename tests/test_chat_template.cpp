@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "expect_error.hpp"
@@ -46,6 +48,51 @@ TEST(ChatTemplate, ChatMLRendersAndStops) {
   EXPECT_EQ(t.render({{"user", "Hi"}}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(t.assistant_closing(), "<|im_end|>\n");
   EXPECT_EQ(t.stop_strings(), (std::vector<std::string>{"<|im_end|>", "<|im_start|>user"}));
+}
+
+// Bytes, plus "<|im_end|>" as special token 300 (and EOS 302 when `eos`) and BOS 301 before
+// every text: the shape of a ChatML model's tokenizer.
+class ChatMLTokenizer : public retnet::Tokenizer {
+ public:
+  explicit ChatMLTokenizer(bool eos) : eos_(eos) {}
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids{301};
+    const std::string_view end = "<|im_end|>";
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text.substr(i, end.size()) == end) {
+        ids.push_back(300);
+        i += end.size() - 1;
+      } else {
+        ids.push_back(static_cast<unsigned char>(text[i]));
+      }
+    }
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>&) const override { return ""; }
+  std::string decode_token(int32_t) const override { return ""; }
+  int64_t vocab_size() const override { return 303; }
+  std::optional<int32_t> eos_id() const override {
+    return eos_ ? std::optional<int32_t>(302) : std::nullopt;
+  }
+  std::optional<int32_t> bos_id() const override { return 301; }
+  bool is_special(int32_t id) const override { return id >= 300; }
+
+ private:
+  bool eos_;
+};
+
+TEST(ChatTemplate, EndTokensAddTheClosingWhenItIsOneSpecialToken) {
+  EXPECT_EQ(ChatTemplate::chatml().end_token_ids(ChatMLTokenizer(true)),
+            (std::vector<int32_t>{302, 300}));
+  EXPECT_EQ(ChatTemplate::chatml().end_token_ids(ChatMLTokenizer(false)),
+            (std::vector<int32_t>{300}));
+  // The plain template's closing is whitespace; a closing of several tokens is a stop string.
+  EXPECT_EQ(ChatTemplate::plain().end_token_ids(ChatMLTokenizer(true)),
+            (std::vector<int32_t>{302}));
+  EXPECT_EQ(ChatTemplate::from_text("{role}:{content}<|im_end|>.\n", "t")
+                .end_token_ids(ChatMLTokenizer(false)),
+            (std::vector<int32_t>{}));
+  EXPECT_EQ(ChatTemplate::plain().end_token_ids(retnet::ByteTokenizer()), (std::vector<int32_t>{}));
 }
 
 TEST(ChatTemplate, RefusesAnUnknownRole) {

@@ -51,8 +51,7 @@ const Command kCommands[] = {
      "Generates text from a prompt and streams it to stdout; speeds go to stderr.",
      run<GenerateFlags, generate>},
     {"chat", "retnet chat -m DIR [--chat-template FILE] [--system TEXT] [options]",
-     "A conversation in the terminal: each stdin line is a message, each reply streams to "
-     "stdout.",
+     "A conversation in the terminal; the model state is kept between turns.",
      run<ChatFlags, chat>},
     {"score", "retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]",
      "How well the model predicts a sequence: each token from the ones before it.",

@@ -55,7 +55,7 @@ class ChatSession {
         params_(std::move(params)),
         generator_(model, tokenizer) {
     params_.stop_strings = template_.stop_strings();
-    params_.end_tokens = tokenizer.eos_ids();
+    params_.end_tokens = template_.end_token_ids(tokenizer);
   }
 
   /// Reads `text` (the start of the conversation, or the next turn's new text) into the state.
@@ -140,11 +140,13 @@ inline int chat(const ChatFlags& flags) {
   GenerationParams params;
   params.max_new_tokens = flags.max_new_tokens;
   params.sampler = flags.sampler.params();
-  const ChatTemplate chat_template = flags.chat_template
-                                         ? ChatTemplate::from_file(*flags.chat_template)
-                                         : ChatTemplate::for_model_folder(flags.model);
+  // A template file is read before the model loads, so that a bad one is refused at once; the
+  // folder's after, so that a bad -m gets the loader's message.
+  std::optional<ChatTemplate> given;
+  if (flags.chat_template) given = ChatTemplate::from_file(*flags.chat_template);
   const Model model = load_model<float>(flags.model, LoadOptions{flags.weights});
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
+  const ChatTemplate chat_template = given ? *given : ChatTemplate::for_model_folder(flags.model);
   std::fprintf(stderr, "chat template: %s\n", chat_template.name().c_str());
   ChatSession session(model, *tokenizer, chat_template, params);
   std::string start = flags.system ? chat_template.render_turn({"system", *flags.system}) : "";

@@ -24,6 +24,7 @@
 #include "retnet/core/error.hpp"
 #include "retnet/core/file.hpp"
 #include "retnet/core/json.hpp"
+#include "retnet/text/tokenizer.hpp"
 
 namespace retnet {
 
@@ -128,6 +129,23 @@ class ChatTemplate {
   std::string assistant_closing() const {
     return substitute(format_.substr(format_.find(kContent) + kContent.size()), "assistant",
                       nullptr);
+  }
+
+  /// The ids that end a reply with `tokenizer`: its end-of-sequence ids, and the closing's token
+  /// when the closing (without trailing whitespace) is one special token, as ChatML's
+  /// <|im_end|> is for most tokenizers that have it: a special token decodes to no text, so
+  /// the stop string alone would never see it.
+  std::vector<int32_t> end_token_ids(const Tokenizer& tokenizer) const {
+    std::vector<int32_t> ids = tokenizer.eos_ids();
+    const std::string closing = trim_end(assistant_closing());
+    if (closing.empty()) return ids;
+    std::vector<int32_t> encoded = tokenizer.encode(closing);
+    const std::optional<int32_t> bos = tokenizer.bos_id();
+    if (bos && encoded.size() == 2 && encoded.front() == *bos) encoded.erase(encoded.begin());
+    if (encoded.size() == 1 && tokenizer.is_special(encoded[0]) &&
+        std::find(ids.begin(), ids.end(), encoded[0]) == ids.end())
+      ids.push_back(encoded[0]);
+    return ids;
   }
 
   /// What ends a reply: the closing (without trailing whitespace, when something is left) and
