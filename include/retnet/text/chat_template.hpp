@@ -94,7 +94,8 @@ class ChatTemplate {
     }
     if (!jinja) return plain();
     if (contains(*jinja, "<|im_start|>") && contains(*jinja, "<|im_end|>")) return chatml();
-    if (contains(*jinja, "<|user|>") && contains(*jinja, "<|assistant|>") && !eos_text.empty())
+    if (contains(*jinja, "<|user|>") && contains(*jinja, "<|assistant|>") && !eos_text.empty() &&
+        eos_text.find('{') == std::string::npos)  // a brace would read as a placeholder
       return zephyr(eos_text);
     ChatTemplate fallback = plain();
     fallback.name_ = "plain (the Jinja chat_template of " + label_in(dir, source) +
