@@ -19,6 +19,7 @@
 #include <string>
 
 #include "cli/bench.hpp"
+#include "cli/chat.hpp"
 #include "cli/convert.hpp"
 #include "cli/generate.hpp"
 #include "cli/info.hpp"
@@ -57,6 +58,9 @@ const Command kCommands[] = {
      "Generates text from a prompt and streams it to stdout; load time, speeds and seed go "
      "to stderr.",
      run<GenerateFlags, generate>},
+    {"chat", "retnet chat -m DIR [--chat-template FILE] [--system TEXT] [options]",
+     "A conversation in the terminal; the model state is kept between turns.",
+     run<ChatFlags, chat>},
     {"score", "retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]",
      "How well the model predicts a sequence: each token from the ones before it.",
      run<ScoreFlags, score>},

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <random>
 #include <retnet/io/output_file.hpp>
 #include <retnet/retnet.hpp>
 #include <retnet/tokenizers.hpp>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "cli/common.hpp"
+#include "cli/sampler_flags.hpp"
 
 namespace retnet::cli {
 
@@ -27,14 +27,7 @@ struct GenerateFlags {
   std::string model;
   std::optional<std::string> prompt, prompt_file;
   int64_t max_new_tokens;
-  float temperature;
-  int top_k;
-  float top_p, min_p;
-  float repeat_penalty;
-  int repeat_last_n;
-  float presence_penalty, frequency_penalty;
-  std::vector<std::string> logit_bias;
-  int64_t seed;
+  SamplerFlags sampler;
   std::optional<int> threads;
   std::optional<Index> chunk_size;
   std::optional<WeightType> weights;
@@ -42,9 +35,6 @@ struct GenerateFlags {
   std::optional<std::string> save_state, load_state;
 
   void declare(FlagTable& f) {
-    // The defaults are the one default sampler of the CLI, the server and its page.
-    const SamplerParams d = SamplerParams::shared_defaults();
-    constexpr float kPenalty = SamplerParams::kMaxPresenceFrequencyPenalty;
     declare_model(f, model);
     f.optional(prompt, "-p|--prompt", "TEXT",
                "prompt (default: a newline; with --load-state: nothing)");
@@ -52,27 +42,7 @@ struct GenerateFlags {
                "read the prompt from a regular file (at most 256 MiB)");
     f.value(max_new_tokens, "-n|--n-predict|--max-tokens", "N", 256, {0, 1 << 24},
             "tokens to generate");
-    f.value(temperature, "--temp|--temperature", "T", d.temperature, {0, 100},
-            "temperature; 0 = greedy");
-    f.value(top_k, "--top-k", "K", d.top_k, {0, std::numeric_limits<int32_t>::max()},
-            "keep the K most likely tokens; 0 = off");
-    f.value(top_p, "--top-p", "P", d.top_p, {0, 1, tools::Bound::kExclusive},
-            "keep the smallest set reaching probability P; 1 = off");
-    f.value(min_p, "--min-p", "P", d.min_p, {0, 1},
-            "keep tokens at least P x as likely as the most likely; 0 = off");
-    f.value(repeat_penalty, "--repeat-penalty", "R", d.repeat_penalty,
-            {SamplerParams::kMinRepeatPenalty, SamplerParams::kMaxRepeatPenalty},
-            "divide the logits of the last --repeat-last-n tokens by R; 1 = off");
-    f.value(repeat_last_n, "--repeat-last-n", "N", d.repeat_last_n, {0, 1 << 24},
-            "how many recent tokens the penalties look at; 0 = off");
-    f.value(presence_penalty, "--presence-penalty", "A", d.presence_penalty, {-kPenalty, kPenalty},
-            "subtract A from the logit of each token among them; 0 = off");
-    f.value(frequency_penalty, "--frequency-penalty", "B", d.frequency_penalty,
-            {-kPenalty, kPenalty}, "subtract B x its count there from a token's logit; 0 = off");
-    f.list(logit_bias, "--logit-bias", "ID=BIAS",
-           "add BIAS in [-100, 100] to token ID's logit; -100 bans it");
-    f.value(seed, "--seed", "S", -1, {-1, std::numeric_limits<int64_t>::max()},
-            "random seed; -1 = drawn at random (printed with the speeds)");
+    sampler.declare(f);
     tools::declare_threads(f, threads);
     declare_chunk_size(f, chunk_size);
     tools::declare_weights(f, weights);
@@ -83,59 +53,16 @@ struct GenerateFlags {
                "start from a state saved by --save-state (the prompt, if any, follows it)");
   }
 
-  /// The generation parameters, sampling with `seed` (the given one, or one drawn for -1).
+  /// The generation parameters, sampling with `sampler_seed` (--seed, or one drawn for -1).
   GenerationParams params(uint64_t sampler_seed) const {
     GenerationParams params;
     params.max_new_tokens = max_new_tokens;
-    SamplerParams& s = params.sampler;
-    s.temperature = temperature;
-    s.top_k = top_k;
-    s.top_p = top_p;
-    s.min_p = min_p;
-    s.repeat_penalty = repeat_penalty;
-    s.repeat_last_n = repeat_last_n;
-    s.presence_penalty = presence_penalty;
-    s.frequency_penalty = frequency_penalty;
-    for (const std::string& item : logit_bias) s.logit_bias.push_back(parse_logit_bias(item));
-    s.seed = sampler_seed;
-    try {
-      s.validate();  // what the flags' ranges leave: an id given twice
-    } catch (const InvalidArgument& e) {
-      throw UsageError(std::string("generate: ") + e.what());
-    }
+    params.sampler = sampler.params("generate", sampler_seed);
     params.chunk_size = chunk_size.value_or(0);
     params.stop_strings = stop;
     return params;
   }
-
-  /// "ID=BIAS", each part checked as a flag's value is.
-  static std::pair<int32_t, float> parse_logit_bias(const std::string& item) {
-    const size_t equals = item.find('=');
-    if (equals == std::string::npos)
-      throw UsageError("generate: --logit-bias expects ID=BIAS, got '" + item + "'");
-    namespace values = tools::flag_values;
-    std::pair<int32_t, float> entry;
-    std::string part = "ID";
-    try {
-      entry.first = values::read<int32_t>(item.substr(0, equals),
-                                          Range<int32_t>{0, std::numeric_limits<int32_t>::max()});
-      part = "BIAS";
-      entry.second = values::read<float>(
-          item.substr(equals + 1),
-          Range<float>{SamplerParams::kMinLogitBias, SamplerParams::kMaxLogitBias});
-    } catch (const values::FlagValueError& e) {
-      throw UsageError("generate: --logit-bias " + part + e.problem);
-    }
-    return entry;
-  }
 };
-
-/// A seed for --seed -1: from std::random_device, in [0, 2^63) so that --seed takes it back.
-inline uint64_t draw_random_seed() {
-  std::random_device random;
-  const uint64_t high = random(), low = random();
-  return ((high << 32) ^ low) >> 1;
-}
 
 /// The prompt: -p, -f's file, or a newline (nothing when resuming a state).
 inline std::string generate_prompt(const GenerateFlags& flags) {
@@ -156,7 +83,7 @@ struct TextOut {
 
 inline int generate(const GenerateFlags& flags) {
   set_threads(flags.threads);
-  const uint64_t seed = flags.seed >= 0 ? static_cast<uint64_t>(flags.seed) : draw_random_seed();
+  const uint64_t seed = flags.sampler.seed_to_use();
   GenerationParams params = flags.params(seed);
   const std::string prompt = generate_prompt(flags);
   // Created first, so that a path that cannot be written is refused before the model loads.
