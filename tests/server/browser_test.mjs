@@ -1,10 +1,16 @@
 // Headless Chromium on the page at "/": type a prompt, press Generate, and see the completion
-// arrive piece by piece; the screenshot is kept as a test artifact.
-//   node browser_test.mjs BASE_URL API_KEY CHROMIUM SCREENSHOT.png
+// arrive piece by piece; then the sampler's fields, a seed's text against the command line's,
+// an error after a run, Stop, the session label and the page without its key. The screenshot
+// is kept as a test artifact.
+//   node browser_test.mjs BASE_URL API_KEY CHROMIUM SCREENSHOT.png CLI_TEXT
+// CLI_TEXT: a file with `retnet generate -p "ROMEO:" -n 40 --seed 7` 's standard output.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
-const [base, key, executable, screenshot] = process.argv.slice(2);
+import { pageChecks } from "./page_checks.mjs";
+
+const [base, key, executable, screenshot, cliTextFile] = process.argv.slice(2);
 const t0 = Date.now();
 const browser = await chromium.launch({
   executablePath: executable,
@@ -55,6 +61,8 @@ try {
   console.log(`ok   browser: ${text.length} characters in ${updates} updates (${partial} ` +
               `partial); "${stats}" ` +
               `(${Date.now() - t0} ms, screenshot ${screenshot})`);
+  await pageChecks({ browser, page, base, key, cliText: readFileSync(cliTextFile, "utf8") });
+  assert.deepEqual(errors, []);
 } finally {
   await browser.close();
 }

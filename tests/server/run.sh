@@ -8,7 +8,8 @@
 #                     sequential requests with memory and threads flat;
 #   a restart         SIGTERM, start again on the same --sessions-dir, a session continues;
 #   browser_test.mjs  headless Chromium types a prompt on "/" and watches the stream
-#                     (screenshot WORK/page.png).
+#                     (screenshot WORK/page.png), then page_checks.mjs: the sampler's fields,
+#                     seed 7's text against `retnet generate`'s, error, Stop, session label.
 # The Node packages are installed with npm into WORK. Exits 77 (ctest SKIP) when node or npm is
 # missing or the registry cannot be reached; without Chromium (and not root to install it) the
 # browser step alone is skipped, with a message.
@@ -110,7 +111,7 @@ stop_server() {
 status=0
 start_server
 echo "server on 127.0.0.1:$port (pid $pid)"
-cp "$here/client_test.mjs" "$here/browser_test.mjs" "$work/"  # next to node_modules
+cp "$here/client_test.mjs" "$here/browser_test.mjs" "$here/page_checks.mjs" "$work/"  # next to node_modules
 timeout 240 node "$work/client_test.mjs" "http://127.0.0.1:$port" "$key" "$work" main || status=1
 stop_server
 
@@ -122,8 +123,12 @@ node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ -n "$browser" ] && [ "$node_major" -lt 20 ]; then
   echo "SKIPPED: the browser check (playwright-core needs Node 20 or later; this is Node $node_major)"
 elif [ -n "$browser" ]; then
-  timeout 120 node "$work/browser_test.mjs" "http://127.0.0.1:$port" "$key" "$browser" \
-    "$work/page.png" || status=1
+  # The command line's text for one seed, every sampler setting left at its default: the page
+  # must show the same (one default sampler for the CLI, the server and the page).
+  "$cli" generate -m "$model" -p "ROMEO:" -n 40 --seed 7 --threads 1 >"$work/cli_seed7.txt" \
+    2>"$work/cli_seed7.log" || fail "retnet generate --seed 7: $(cat "$work/cli_seed7.log")"
+  timeout 180 node "$work/browser_test.mjs" "http://127.0.0.1:$port" "$key" "$browser" \
+    "$work/page.png" "$work/cli_seed7.txt" || status=1
 else
   echo "SKIPPED: the browser check (no chromium, and not root to install it: apt-get install chromium)"
 fi
