@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/common.hpp"
+#include "load_progress.hpp"
 
 namespace retnet::cli {
 
@@ -73,7 +74,7 @@ struct GenerateFlags {
 inline int generate(const GenerateFlags& flags) {
   set_threads(flags.threads);
   GenerationParams params = flags.params();
-  const Model model = load_model<float>(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
   params.end_tokens = tokenizer->eos_ids();
   Generator<float> generator(model, *tokenizer);
