@@ -66,7 +66,9 @@ TEST(LoadProgressTest, BytesRiseFromZeroToTheTotalOfTheStoredTensors) {
     const uint64_t total = bytes_read_by_a_load(dir);
     for (size_t i = 0; i < calls.size(); ++i) {
       EXPECT_EQ(calls[i].bytes_total, total);
-      if (i > 0) EXPECT_GT(calls[i].bytes_done, calls[i - 1].bytes_done);
+      if (i > 0) {
+        EXPECT_GT(calls[i].bytes_done, calls[i - 1].bytes_done);
+      }
     }
     EXPECT_EQ(calls.back().bytes_done, total);
   }
