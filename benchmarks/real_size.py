@@ -125,7 +125,7 @@ def run_worker(task, params):
 
 def retnet_bench(cli, model, threads, prompt_len, gen_len, repeat, chunk):
     out = subprocess.run([cli, "bench", "-m", model, "--prompt-len", str(prompt_len), "--gen-len",
-                          str(gen_len), "--repeat", str(repeat), "--threads", str(threads),
+                          str(gen_len), "--repetitions", str(repeat), "--threads", str(threads),
                           "--chunk-size", str(chunk), "--json"], check=True, stdout=subprocess.PIPE,
                          text=True).stdout
     return json.loads(out)

@@ -6,7 +6,7 @@ import subprocess
 
 
 def run_retnet(cli, config, threads, repeat, **flags):
-    args = [cli, "bench", "--config", config, "--threads", str(threads), "--repeat", str(repeat), "--json"]
+    args = [cli, "bench", "--config", config, "--threads", str(threads), "--repetitions", str(repeat), "--json"]
     for k, v in flags.items():
         args += ["--" + k.replace("_", "-"), str(v)]
     proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

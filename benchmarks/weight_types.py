@@ -50,13 +50,13 @@ def main():
             for t in types:
                 cases = {
                     "decode_b1": ["--prompt-len", "16", "--gen-len", str(args.gen_len),
-                                  "--batch", "1", "--repeat", "3"],
+                                  "--batch", "1", "--repetitions", "3"],
                     "decode_b8": ["--prompt-len", "16", "--gen-len", str(max(1, args.gen_len // 2)),
-                                  "--batch", "8", "--repeat", "3"],
+                                  "--batch", "8", "--repetitions", "3"],
                 }
                 if not args.skip_prompt:
                     cases["prompt"] = ["--prompt-len", str(args.prompt_len), "--gen-len", "0",
-                                       "--logits", "all", "--repeat", "2"]
+                                       "--logits", "all", "--repetitions", "2"]
                 for what, extra in cases.items():
                     j = bench(args.cli, source, t, threads, extra)
                     runs.setdefault((t, threads, what), []).append(j)

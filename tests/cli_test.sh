@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The `retnet` command line on good and bad input. Usage: cli_test.sh RETNET_BINARY DATA_DIR
-# Every bad input must exit non-zero with exactly one line on stderr and no crash.
+# Every bad input must exit non-zero with exactly one line on stderr (besides the "loaded DIR: ..."
+# summary of a model that loaded before the input was refused) and no crash.
 set -u
 retnet=$1
 data=$2
@@ -21,7 +22,7 @@ expect_error() {  # name, expected text in the message, command...
   "$@" >"$work/out" 2>"$work/err"
   local rc=$? lines
   echo "$rc" >"$work/rc"
-  lines=$(wc -l <"$work/err")
+  lines=$(grep -cv '^loaded ' "$work/err")  # the model's load summary line is not the error
   if [ $rc -eq 0 ]; then fail "$name: exit 0"; return; fi
   if [ $rc -ge 128 ]; then fail "$name: crashed with exit $rc"; return; fi
   if [ "$lines" -ne 1 ]; then fail "$name: $lines lines on stderr: $(cat "$work/err")"; return; fi
@@ -204,7 +205,7 @@ expect_ok "tokenize: no tokenizer.json means bytes" "$retnet" tokenize -m "$work
 if [ "$(cat "$work/out")" = "104,105" ]; then ok; else fail "byte ids of 'hi': $(cat "$work/out")"; fi
 
 # --- bench
-expect_ok "bench --config" "$retnet" bench --config "$model/config.json" --prompt-len 16 --gen-len 4 --batch 2 --repeat 1 --json --threads 1
+expect_ok "bench --config" "$retnet" bench --config "$model/config.json" --prompt-len 16 --gen-len 4 --batch 2 --repetitions 1 --json --threads 1
 expect_number "bench prefill speed" "$work/out" prefill_tokens_per_s "a > 0"
 expect_number "bench decode speed" "$work/out" decode_tokens_per_s "a > 0"
 expect_number "bench peak RSS" "$work/out" peak_rss_bytes "a > 1e6 && a < 1e9"
@@ -214,7 +215,7 @@ expect_number "bench state bytes" "$work/out" state_bytes "a == 2 * (2 * 2 * 16 
 # gate 40 x 32, fc2 32 x 40, two norms of 32; the final norm 32: 37536 floats
 expect_number "bench weight bytes" "$work/out" weight_bytes "a == 37536 * 4"
 expect_number "bench batch" "$work/out" batch "a == 2"
-expect_ok "bench -m" "$retnet" bench -m "$model" --prompt-len 8 --gen-len 2 --mode parallel --repeat 1 --json --threads 1
+expect_ok "bench -m" "$retnet" bench -m "$model" --prompt-len 8 --gen-len 2 --mode parallel --repetitions 1 --json --threads 1
 expect_number "bench -m prompt length" "$work/out" prompt_len "a == 8"
 expect_number "bench -m weight bytes" "$work/out" weight_bytes "a == 37536 * 4"
 
@@ -293,7 +294,7 @@ for t in bf16 q8 q4; do
   if cmp -s "$work/conv.npy" "$work/typed.npy"; then ok; else fail "logits of the $t folder and of --weights $t differ"; fi
   if cmp -s "$work/conv.npy" "$work/f32.npy"; then fail "$t logits equal the f32 ones: nothing was converted"; else ok; fi
   # In memory every block holds 32 codes, also the short last block of a row of 40 or 48 values.
-  expect_ok "bench, $t folder" "$retnet" bench -m "$conv" --prompt-len 8 --gen-len 2 --repeat 1 --json --threads 1
+  expect_ok "bench, $t folder" "$retnet" bench -m "$conv" --prompt-len 8 --gen-len 2 --repetitions 1 --json --threads 1
   contains "bench names the type" "$work/out" "\"weights\":\"$t\""
   expect_number "bench weight bytes, $t folder" "$work/out" weight_bytes "a == ${resident[$t]}"
   # Loading it as its own type again converts nothing: the same logits.
@@ -327,13 +328,13 @@ expect_error "bad integer" "-n expects an integer" "$retnet" generate -m "$model
 expect_error "zero threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 0
 expect_error "huge threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 100000
 expect_error "wrapping threads" "--threads must be in [1, " "$retnet" generate -m "$model" --threads 4294967297
-expect_error "wrapping repeat" "--repeat must be in [1, 1000]" "$retnet" bench -m "$model" --repeat 4294967296
+expect_error "wrapping repetitions" "--repetitions must be in [1, 1000]" "$retnet" bench -m "$model" --repetitions 4294967296
 expect_error "huge seed" "--seed must be in [-1, 9223372036854775807], got 18446744073709551615" "$retnet" generate -m "$model" --seed 18446744073709551615
 expect_error "wrapping top-k" "--top-k must be in [0, " "$retnet" generate -m "$model" --top-k 4294967296
 expect_error "tiny repeat penalty" "--repeat-penalty must be in" "$retnet" generate -m "$model" --repeat-penalty 1e-40
 expect_error "bad top-p" "--top-p must be in (0, 1]" "$retnet" generate -m "$model" --top-p 1.5
 expect_error "no model" "-m is required" "$retnet" generate -p hi
-expect_error "missing model dir" "config.json" "$retnet" generate -m "$work/nowhere"
+expect_error "missing model dir" "nowhere: no such folder" "$retnet" generate -m "$work/nowhere"
 expect_error "missing state file" "no such file" "$retnet" generate -m "$model" --load-state "$work/none.bin"
 echo "garbage" >"$work/bad.state"
 expect_error "corrupt state file" "bad magic" "$retnet" generate -m "$model" --load-state "$work/bad.state"

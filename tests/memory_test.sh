@@ -58,7 +58,7 @@ sys.exit(r.returncode) if r.returncode else print(resource.getrusage(resource.RU
 
 # --- 1. prompts
 for n in 20000 200000; do
-  if ! "$retnet" bench -m "$model" --prompt-len $n --gen-len 1 --repeat 1 --threads 1 --json \
+  if ! "$retnet" bench -m "$model" --prompt-len $n --gen-len 1 --repetitions 1 --threads 1 --json \
       >"$work/bench$n.json" 2>"$work/err"; then
     echo "FAIL: bench --prompt-len $n: $(cat "$work/err")"
     failed=$((failed + 1))
@@ -123,7 +123,7 @@ while [ $((${#header} % 8)) -ne 0 ]; do header+=" "; done
   head -c "$offset" /dev/zero | tr '\0' '<'
 } >"$big/model.safetensors"
 echo "weights: $offset bytes in $(stat -c %s "$big/model.safetensors") bytes of safetensors"
-if "$retnet" bench -m "$big" --prompt-len 1 --gen-len 1 --repeat 1 --threads 1 --json \
+if "$retnet" bench -m "$big" --prompt-len 1 --gen-len 1 --repetitions 1 --threads 1 --json \
     >"$work/big.json" 2>"$work/err"; then
   peak=$(json_number "$work/big.json" peak_rss_bytes)
   weights=$(json_number "$work/big.json" weight_bytes)
@@ -143,7 +143,7 @@ declare -A type_bytes=([bf16]=$((linear * 2 + norms)) [q8]=$((linear + linear / 
   [q4]=$((linear / 2 + linear / 32 * 2 + norms)))
 typed_peak() {  # name, expected weight bytes, bench arguments...
   local name=$1 want=$2 peak weights; shift 2
-  if "$retnet" bench "$@" --prompt-len 1 --gen-len 1 --repeat 1 --threads 1 --json \
+  if "$retnet" bench "$@" --prompt-len 1 --gen-len 1 --repetitions 1 --threads 1 --json \
       >"$work/typed.json" 2>"$work/err"; then
     peak=$(json_number "$work/typed.json" peak_rss_bytes)
     weights=$(json_number "$work/typed.json" weight_bytes)

@@ -20,6 +20,7 @@
 
 #include "cli/common.hpp"
 #include "cli/sampler_flags.hpp"
+#include "load_progress.hpp"
 
 namespace retnet::cli {
 
@@ -145,7 +146,7 @@ inline int chat(const ChatFlags& flags) {
   // folder's after, so that a bad -m gets the loader's message.
   std::optional<ChatTemplate> given;
   if (flags.chat_template) given = ChatTemplate::from_file(*flags.chat_template);
-  const Model model = load_model<float>(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
   const ChatTemplate chat_template = given ? *given : ChatTemplate::for_model_folder(flags.model);
   std::fprintf(stderr, "chat template: %s; seed: %llu\n", chat_template.name().c_str(),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/common.hpp"
+#include "load_progress.hpp"
 
 namespace retnet::cli {
 
@@ -81,7 +82,7 @@ inline int convert(const ConvertFlags& flags) {
   if (fs::equivalent(in, out, ec)) throw UsageError("convert: -o must differ from -m");
   const std::vector<std::string> copied = folder_files_to_copy(in);
   const auto t0 = std::chrono::steady_clock::now();
-  const Model model = load_model<float>(in, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(in, LoadOptions{flags.weights});
   fs::create_directories(out, ec);
   if (ec) throw UsageError("convert: cannot create " + out + ": " + ec.message());
   save_model(out, model.config(), model.weights());

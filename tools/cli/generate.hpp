@@ -20,6 +20,7 @@
 
 #include "cli/common.hpp"
 #include "cli/sampler_flags.hpp"
+#include "load_progress.hpp"
 
 namespace retnet::cli {
 
@@ -91,7 +92,7 @@ inline int generate(const GenerateFlags& flags) {
   if (flags.save_state) state_out.emplace(*flags.save_state);
 
   const auto load_start = std::chrono::steady_clock::now();
-  const Model model = load_model<float>(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
   const double load_seconds = seconds_since(load_start);
   for (const auto& [id, bias] : params.sampler.logit_bias)

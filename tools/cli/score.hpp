@@ -15,6 +15,7 @@
 
 #include "cli/common.hpp"
 #include "cli/npy_writer.hpp"
+#include "load_progress.hpp"
 
 namespace retnet::cli {
 
@@ -85,7 +86,7 @@ inline double negative_log_likelihood(const Model& model, const std::vector<int3
 
 inline int score(const ScoreFlags& flags) {
   set_threads(flags.threads);
-  const Model model = load_model<float>(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
   const Index vocab = model.config().vocab_size;
   const std::vector<int32_t> ids = score_input(flags, vocab);
   const Index time = static_cast<Index>(ids.size());

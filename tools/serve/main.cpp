@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flags.hpp"
+#include "load_progress.hpp"
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
@@ -245,7 +246,7 @@ std::unique_ptr<Model> load_model(const ServeOptions& o, std::string& model_id) 
     if (model_id.empty() || model_id == ".")
       model_id =
           std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
-    return std::make_unique<Model>(retnet::load_model<float>(dir, o.load));
+    return std::make_unique<Model>(retnet::tools::load_model_showing_progress(dir, o.load));
   }
   auto config = retnet::load_config_json(o.random_weights);
   model_id = "random-" + std::filesystem::path(o.random_weights).stem().string();

@@ -114,8 +114,9 @@ inline bool entry_exists(const std::string& path) {
 }
 
 /// Refuses `dir` unless it is a folder (symbolic links followed): FormatError "DIR: no such
-/// folder", "DIR: is a regular file, expected a folder", and the like. For a reader that would
-/// otherwise read an absent folder as an empty one.
+/// folder", "DIR: is a regular file, expected a folder: give the folder that holds it, PARENT"
+/// (a tokenizer.json or model.safetensors named instead of its folder), and the like. For a
+/// reader that would otherwise read an absent folder as an empty one.
 inline void require_folder(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -123,8 +124,12 @@ inline void require_folder(const std::string& dir) {
   if (status.type() == fs::file_type::directory) return;
   detail::refuse_unresolved_link(dir);
   if (status.type() == fs::file_type::not_found) throw FormatError(dir + ": no such folder");
-  if (status.type() == fs::file_type::regular)
-    throw FormatError(dir + ": is a regular file, expected a folder");
+  if (status.type() == fs::file_type::regular) {
+    const std::string parent = fs::path(dir).parent_path().string();
+    throw FormatError(dir +
+                      ": is a regular file, expected a folder: give the folder that holds it, " +
+                      (parent.empty() ? std::string(".") : parent));
+  }
   throw FormatError(dir + ": is not a folder" + (ec ? " (" + ec.message() + ")" : std::string()));
 }
 

@@ -25,6 +25,7 @@
 #include "retnet/core/error.hpp"
 #include "retnet/core/file.hpp"
 #include "retnet/core/json.hpp"
+#include "retnet/io/model_folder.hpp"
 #include "retnet/io/safetensors.hpp"
 #include "retnet/model/family.hpp"
 
@@ -39,6 +40,7 @@ class CheckpointReader {
   /// Opens the checkpoint in `dir` and validates every shard header; reads no weights.
   explicit CheckpointReader(const std::string& dir) : dir_(dir) {
     namespace fs = std::filesystem;
+    require_model_folder(dir);
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
     const fs::path single = fs::path(dir) / "model.safetensors";
     std::error_code ec;
@@ -48,7 +50,8 @@ class CheckpointReader {
     } else {
       if (!fs::exists(fs::symlink_status(single, ec)))
         throw FormatError(single.string() + ": missing (expected model.safetensors or " +
-                          "model.safetensors.index.json in " + dir + ")");
+                          "model.safetensors.index.json in " + dir + ")" +
+                          unread_weights_note(dir));
       add_shard(SafetensorsFile(path_in_folder(dir, single.filename().string())));
     }
     detect_prefix();

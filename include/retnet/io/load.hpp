@@ -11,13 +11,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "retnet/core/file.hpp"
 #include "retnet/io/checkpoint.hpp"
 #include "retnet/io/config_json.hpp"
+#include "retnet/io/model_folder.hpp"
 #include "retnet/model/retnet_model.hpp"
 
 namespace retnet {
@@ -63,12 +68,28 @@ inline ModelConfig resolve_family(ModelConfig config, CheckpointReader& reader) 
   return config;
 }
 
+/// How far a load has come, for a progress display: the stored bytes of the tensors read (and
+/// converted) so far and of all the tensors the load reads.
+struct LoadProgress {
+  uint64_t bytes_done = 0, bytes_total = 0;
+  std::string stored;                     // the stored dtypes, "F16" or "BF16, F32"
+  WeightType weights = WeightType::kF32;  // what the linear maps become
+};
+
 /// How load_model reads a folder.
 struct LoadOptions {
+  LoadOptions() = default;
+  LoadOptions(std::optional<WeightType> weights_,  // NOLINT: LoadOptions{type} reads as the type
+              std::function<void(const LoadProgress&)> progress_ = {})
+      : weights(weights_), progress(std::move(progress_)) {}
+
   /// The type of every linear map and of the embedding (ops/weight_type.hpp). Unset keeps the
   /// checkpoint's own where the model's scalar supports it: a converted folder's q8 or q4, bf16
   /// when every linear map is stored as BF16, f32 otherwise (and always f32 for a double model).
   std::optional<WeightType> weights;
+  /// Called once before the first tensor is read (bytes_done 0) and once after each tensor, so
+  /// that its last call has bytes_done == bytes_total; unset for none.
+  std::function<void(const LoadProgress&)> progress;
 };
 
 namespace detail {
@@ -100,6 +121,24 @@ void visit_shapes(const ModelConfig& config, int64_t layers, F&& f) {
               [&](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
                 f(name, shape, is_linear_weight<std::decay_t<decltype(t)>>::value);
               });
+}
+
+/// The bytes `name` [shape] takes in the checkpoint (a q8/q4 map's codes and scales).
+inline uint64_t stored_bytes(const CheckpointReader& reader, const std::string& name,
+                             const std::vector<int64_t>& shape, bool linear, WeightType stored) {
+  if (!linear || !is_block_quantised(stored)) return reader.info(name).nbytes();
+  const StoredTensors t(name, shape, stored);
+  return reader.info(t.codes).nbytes() + reader.info(t.scales).nbytes();
+}
+
+/// The stored dtypes of the checkpoint's tensors, by name: "F16" or "BF16, F32".
+inline std::string stored_dtypes(const CheckpointReader& reader) {
+  std::set<std::string> names;
+  for (const auto& shard : reader.shards())
+    for (const auto& t : shard.tensors()) names.insert(dtype_name(t.dtype));
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
 }
 
 }  // namespace detail
@@ -207,21 +246,45 @@ ModelWeights<Scalar> load_weights(CheckpointReader& reader, ModelConfig& config,
   if (!std::is_same_v<Scalar, float> && options.weights && *options.weights != WeightType::kF32)
     throw InvalidArgument(std::string("weights ") + weight_type_name(*options.weights) +
                           ": only float models hold bf16, q8 or q4 weights");
+  // Tied checkpoints usually omit the output projection; if one is stored anyway, use it (and
+  // keep the embedding apart).
+  const bool stored_output = config.tie_embeddings && reader.has("output_projection.weight");
+  const std::vector<int64_t> output_shape{config.vocab_size, config.embed_dim};
+  LoadProgress progress{0, 0, detail::stored_dtypes(reader), type};
+  const auto count = [&](const std::string& name, const std::vector<int64_t>& shape, bool linear) {
+    return detail::stored_bytes(reader, name, shape, linear, config.weights);
+  };
+  if (options.progress) {
+    detail::visit_shapes<Scalar>(
+        config, config.layers,
+        [&](const std::string& name, const std::vector<int64_t>& shape, bool linear) {
+          progress.bytes_total += count(name, shape, linear);
+        });
+    if (stored_output)
+      progress.bytes_total += count("output_projection.weight", output_shape, true);
+    options.progress(progress);
+  }
+  const auto advance = [&](const std::string& name, const std::vector<int64_t>& shape,
+                           bool linear) {
+    if (!options.progress) return;
+    progress.bytes_done += count(name, shape, linear);
+    options.progress(progress);
+  };
   ModelWeights<Scalar> w;
   w.allocate(config, type);
   w.visit(config, [&](const std::string& name, auto& t, const std::vector<int64_t>& shape) {
-    if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value)
+    constexpr bool linear = is_linear_weight<std::decay_t<decltype(t)>>::value;
+    if constexpr (linear)
       read_linear(reader, name, shape, config.weights, type, t);
     else
       ModelWeights<Scalar>::write_row_major(
           t, shape, [&](Index, Index, Scalar* p) { reader.template read<Scalar>(name, shape, p); });
+    advance(name, shape, linear);
   });
-  // Tied checkpoints usually omit the output projection; if one is stored anyway, use it (and
-  // keep the embedding apart).
-  if (config.tie_embeddings && reader.has("output_projection.weight")) {
+  if (stored_output) {
     w.embed = std::move(w.output);
-    read_linear(reader, "output_projection.weight", {config.vocab_size, config.embed_dim},
-                config.weights, type, w.output);
+    read_linear(reader, "output_projection.weight", output_shape, config.weights, type, w.output);
+    advance("output_projection.weight", output_shape, true);
   }
   reader.check_all_consumed();
   config.weights = type;
@@ -244,15 +307,19 @@ inline ModelConfig load_config(const std::string& dir, CheckpointReader& reader)
 /// tensor on any mismatch.
 template <typename Scalar>
 RetNetModel<Scalar> load_model(const std::string& dir, const LoadOptions& options = {}) {
+  require_model_folder(dir);
   ModelConfig config;
   try {
     config = load_config_json(path_in_folder(dir, "config.json"));
   } catch (const FormatError&) {
-    // syncdoth's layout of 2023-09 has a config of its own: name the layout, not a missing key.
+    // syncdoth's layout of 2023-09 has a config of its own: name the layout, not a missing key;
+    // weights in a format that is not read (pytorch_model.bin) matter more than the config.
     try {
       CheckpointReader probe(dir);
     } catch (const FormatError& e) {
-      if (std::string(e.what()).find("September 2023") != std::string::npos) throw;
+      if (std::string(e.what()).find("September 2023") != std::string::npos ||
+          !unread_weight_files(dir).empty())
+        throw;
     }
     throw;
   }
