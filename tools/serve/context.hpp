@@ -38,8 +38,9 @@ struct ServerContext {
   std::time_t started = std::time(nullptr);
 };
 
+/// A JSON answer, ending with a newline as a text file does (so `curl` output ends its line).
 inline void reply(http::Response& res, int status, const json& body) {
-  res.send(status, dump(body), "application/json");
+  res.send(status, dump(body) + "\n", "application/json");
 }
 
 /// An error answer; a 503 (busy, full queue, too many connections) says when to retry.

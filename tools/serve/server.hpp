@@ -4,9 +4,11 @@
 #pragma once
 
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "serve/answer_shape.hpp"
 #include "serve/api.hpp"
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
@@ -26,7 +28,7 @@ class Server {
   Server(const Model& model, const Tokenizer& tokenizer, Engine& engine, SessionStore& sessions,
          ServerOptions options)
       : ctx_{model, tokenizer, engine, sessions, std::move(options), metrics_},
-        completions_(ctx_),
+        completions_(ctx_, std::make_unique<TextShape>()),
         sessions_(ctx_),
         info_(ctx_),
         gate_(ctx_.options.api_key, ctx_.options.host, ctx_.options.cors_origins) {}
@@ -47,6 +49,7 @@ class Server {
     });
     http.get("/health", handle([this](auto& req, auto& res) { info_.health(req, res); }));
     http.get("/metrics", handle([this](auto& req, auto& res) { info_.metrics(req, res); }));
+    http.get("/props", handle([this](auto& req, auto& res) { info_.props(req, res); }));
     http.get("/v1/models", handle([this](auto& req, auto& res) { info_.models(req, res); }));
     http.get("/v1/models/(.+)", handle([this](auto& req, auto& res) { info_.model(req, res); }));
     http.post("/v1/completions", handle([this](auto& req, auto& res) { completions_(req, res); }));

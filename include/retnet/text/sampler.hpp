@@ -23,6 +23,21 @@ struct SamplerParams {
   float repeat_penalty = 1.0f;  // 1 = off; > 1 discourages recently seen tokens
   int repeat_last_n = 64;       // how many of the most recent tokens are penalised; 0 = off
   uint64_t seed = 0;
+  // The fields agreed between the command line and the server (issue 27), declared here so that
+  // the server builds; the sampler's own branch defines and applies them.
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  static SamplerParams shared_defaults() {
+    SamplerParams p;
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.1f;
+    p.repeat_last_n = 64;
+    return p;
+  }
 
   /// The penalty divides or multiplies logits: far outside this range it turns them into 0 or
   /// inf, which is no longer a preference between tokens.
