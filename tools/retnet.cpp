@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli/bench.hpp"
+#include "cli/chat.hpp"
 #include "cli/convert.hpp"
 #include "cli/generate.hpp"
 #include "cli/info.hpp"
@@ -49,6 +50,10 @@ const Command kCommands[] = {
     {"generate", "retnet generate -m DIR [options]",
      "Generates text from a prompt and streams it to stdout; speeds go to stderr.",
      run<GenerateFlags, generate>},
+    {"chat", "retnet chat -m DIR [--chat-template FILE] [--system TEXT] [options]",
+     "A conversation in the terminal: each stdin line is a message, each reply streams to "
+     "stdout.",
+     run<ChatFlags, chat>},
     {"score", "retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]",
      "How well the model predicts a sequence: each token from the ones before it.",
      run<ScoreFlags, score>},

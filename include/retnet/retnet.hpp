@@ -37,6 +37,7 @@
 #include "retnet/model/family.hpp"
 #include "retnet/model/retnet_model.hpp"
 #include "retnet/model/state.hpp"
+#include "retnet/text/chat_template.hpp"
 #include "retnet/text/generate.hpp"
 #include "retnet/text/sampler.hpp"
 #include "retnet/text/tokenizer.hpp"
