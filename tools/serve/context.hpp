@@ -25,6 +25,7 @@ struct ServerOptions {
   std::string api_key;   // empty: no key required
   std::string host;      // the address listened on (--host), a Host served without a key
   std::vector<std::string> cors_origins;  // origins whose pages may call the API (--cors)
+  ChatTemplate chat_template = ChatTemplate::plain();  // /v1/chat/completions' (--chat-template)
 };
 
 /// The parts every route reads; they outlive the server.

@@ -117,6 +117,7 @@ class InfoRoutes {
   void props(const http::Request&, http::Response& res) const {
     reply(res, 200,
           {{"model", ctx_.options.model_id},
+           {"chat_template", ctx_.options.chat_template.name()},
            {"default_sampler", sampler_json(SamplerParams::shared_defaults())},
            {"limits",
             {{"max_tokens", ctx_.options.limits.max_tokens},

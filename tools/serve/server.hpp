@@ -15,6 +15,7 @@
 #include "serve/gate.hpp"
 #include "serve/http.hpp"
 #include "serve/page.hpp"
+#include "serve/routes_chat.hpp"
 #include "serve/routes_completions.hpp"
 #include "serve/routes_info.hpp"
 #include "serve/routes_sessions.hpp"
@@ -29,6 +30,7 @@ class Server {
          ServerOptions options)
       : ctx_{model, tokenizer, engine, sessions, std::move(options), metrics_},
         completions_(ctx_, std::make_unique<TextShape>()),
+        chat_(ctx_, std::make_unique<ChatShape>(ctx_.options.chat_template)),
         sessions_(ctx_),
         info_(ctx_),
         gate_(ctx_.options.api_key, ctx_.options.host, ctx_.options.cors_origins) {}
@@ -53,6 +55,7 @@ class Server {
     http.get("/v1/models", handle([this](auto& req, auto& res) { info_.models(req, res); }));
     http.get("/v1/models/(.+)", handle([this](auto& req, auto& res) { info_.model(req, res); }));
     http.post("/v1/completions", handle([this](auto& req, auto& res) { completions_(req, res); }));
+    http.post("/v1/chat/completions", handle([this](auto& req, auto& res) { chat_(req, res); }));
     http.post("/tokenize", handle([this](auto& req, auto& res) { info_.tokenize(req, res); }));
     http.post("/detokenize", handle([this](auto& req, auto& res) { info_.detokenize(req, res); }));
     http.post("/v1/sessions", handle([this](auto& req, auto& res) { sessions_.create(req, res); }));
@@ -84,7 +87,7 @@ class Server {
 
   ServerMetrics metrics_;  // before ctx_, which refers to it
   ServerContext ctx_;
-  CompletionsRoute completions_;
+  CompletionsRoute completions_, chat_;
   SessionsRoutes sessions_;
   InfoRoutes info_;
   Gate gate_;
