@@ -29,13 +29,13 @@ inline std::string read_content(const JsonObject& m) {
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const JsonObject part = m.element("content", content, i);
-    refuse_unknown_fields(part, {"type", "text"}, "/v1/chat/completions");
     if (part.string("type") != "text")
       throw ApiError(400,
                      "'" + part.path("type") + "' is '" +
                          detail::escape_bounded(part.string("type"), 40) +
                          "': only text parts are read",
                      part.path("type"), "unsupported");
+    refuse_unknown_fields(part, {"type", "text"}, "/v1/chat/completions");
     text += part.string("text");
   }
   return text;
