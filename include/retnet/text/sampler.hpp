@@ -1,6 +1,7 @@
-// Next-token sampling from a logit vector: repetition penalty, temperature, top-k,
-// top-p, then a draw from a seeded generator that gives the same tokens on every
-// platform (no std:: distributions, whose algorithms are implementation-defined).
+// Next-token sampling from a logit vector: logit bias, repetition, presence and frequency
+// penalties, top-k, temperature, top-p, min-p, then a draw from a seeded generator that gives
+// the same tokens on every platform (no std:: distributions, whose algorithms are
+// implementation-defined). docs/NUMERICS.md#sampling states the order and each step.
 #pragma once
 
 #include <algorithm>
@@ -22,12 +23,24 @@ struct SamplerParams {
   float top_p = 1.0f;           // keep the smallest set whose probability reaches p; 1 = off
   float repeat_penalty = 1.0f;  // 1 = off; > 1 discourages recently seen tokens
   int repeat_last_n = 64;       // how many of the most recent tokens are penalised; 0 = off
-  uint64_t seed = 0;
-  // The fields agreed between the command line and the server (issue 27), declared here so that
-  // the server builds; the sampler's own branch defines and applies them.
-  float min_p = 0.0f;
+  float min_p = 0.0f;  // keep tokens at least min_p x as likely as the most likely; 0 = off
+  // OpenAI's penalties over the last repeat_last_n tokens of `recent`: a token seen c > 0 times
+  // there has presence_penalty + c x frequency_penalty subtracted from its logit. 0 = off.
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;
-  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Added to an id's logit before anything else, in [-100, 100]; -100 bans the id.
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
+  uint64_t seed = 0;
+
+  /// The penalty divides or multiplies logits: far outside this range it turns them into 0 or
+  /// inf, which is no longer a preference between tokens.
+  static constexpr float kMinRepeatPenalty = 1e-3f, kMaxRepeatPenalty = 1e3f;
+  /// OpenAI's ranges for presence_penalty, frequency_penalty and logit_bias's values.
+  static constexpr float kMaxPresenceFrequencyPenalty = 2.0f;
+  static constexpr float kMinLogitBias = -100.0f, kMaxLogitBias = 100.0f;
+
+  /// The one default sampler of the command line, the server and its page, so that the same
+  /// seed and settings give the same text in all three. The seed stays 0: callers draw one at
+  /// random when none is given. (The member defaults above are the library's neutral ones.)
   static SamplerParams shared_defaults() {
     SamplerParams p;
     p.temperature = 0.8f;
@@ -38,10 +51,6 @@ struct SamplerParams {
     p.repeat_last_n = 64;
     return p;
   }
-
-  /// The penalty divides or multiplies logits: far outside this range it turns them into 0 or
-  /// inf, which is no longer a preference between tokens.
-  static constexpr float kMinRepeatPenalty = 1e-3f, kMaxRepeatPenalty = 1e3f;
 
   /// Throws InvalidArgument naming the first invalid field.
   void validate() const {
@@ -58,6 +67,34 @@ struct SamplerParams {
                        std::to_string(repeat_penalty));
     RETNET_REQUIRE(repeat_last_n >= 0, "SamplerParams: repeat_last_n must be >= 0 (0 = off), got " +
                                            std::to_string(repeat_last_n));
+    RETNET_REQUIRE(min_p >= 0.0f && min_p <= 1.0f,
+                   "SamplerParams: min_p must be in [0, 1], got " + std::to_string(min_p));
+    constexpr float kMaxPenalty = kMaxPresenceFrequencyPenalty;
+    RETNET_REQUIRE(presence_penalty >= -kMaxPenalty && presence_penalty <= kMaxPenalty,
+                   "SamplerParams: presence_penalty must be in [-2, 2], got " +
+                       std::to_string(presence_penalty));
+    RETNET_REQUIRE(frequency_penalty >= -kMaxPenalty && frequency_penalty <= kMaxPenalty,
+                   "SamplerParams: frequency_penalty must be in [-2, 2], got " +
+                       std::to_string(frequency_penalty));
+    validate_logit_bias();
+  }
+
+ private:
+  void validate_logit_bias() const {
+    for (const auto& [id, bias] : logit_bias) {
+      RETNET_REQUIRE(id >= 0,
+                     "SamplerParams: logit_bias id must be >= 0, got " + std::to_string(id));
+      RETNET_REQUIRE(bias >= kMinLogitBias && bias <= kMaxLogitBias,
+                     "SamplerParams: logit_bias of id " + std::to_string(id) +
+                         " must be in [-100, 100], got " + std::to_string(bias));
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(logit_bias.size());
+    for (const auto& entry : logit_bias) ids.push_back(entry.first);
+    std::sort(ids.begin(), ids.end());
+    const auto twice = std::adjacent_find(ids.begin(), ids.end());
+    RETNET_REQUIRE(twice == ids.end(),
+                   "SamplerParams: logit_bias gives id " + std::to_string(*twice) + " twice");
   }
 };
 
@@ -133,7 +170,8 @@ class Sampler {
 
   /// Next token from `logits[0..vocab)`, one of the sampleable ids (their logits only are read:
   /// the others count as -inf). `recent` holds the previous tokens (prompt and
-  /// generated, oldest first); its last repeat_last_n entries are penalised.
+  /// generated, oldest first); its last repeat_last_n entries are penalised. A logit_bias id
+  /// at or beyond `vocab` is refused (InvalidArgument).
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
     const int64_t n = prepare(logits, vocab, recent);
     if (n == 1) return ids_[0];  // greedy, or a single survivor: no random draw needed
@@ -173,7 +211,7 @@ class Sampler {
   int64_t prepare(const float* logits, int64_t vocab, const std::vector<int32_t>& recent) {
     copy_checked_logits(logits, vocab);
     const auto v = work_.size();
-    apply_repeat_penalty(vocab, recent);
+    apply_penalties(vocab, recent);
 
     ids_.resize(v);
     probs_.resize(v);
@@ -219,8 +257,27 @@ class Sampler {
     }
 
     if (use_top_p) n = keep_top_p(n, sum);
+    if (params_.min_p > 0.0f) n = keep_min_p(n, sum);
     for (int64_t i = 0; i < n; ++i) probs_[i] /= sum;
     return n;
+  }
+
+  // Keeps, in their order, the candidates whose probability is at least min_p times the most
+  // likely one's; sets `sum` to their total and returns how many. The most likely always stays.
+  int64_t keep_min_p(int64_t n, double& sum) {
+    double most = 0.0;
+    for (int64_t i = 0; i < n; ++i) most = std::max(most, probs_[i]);
+    const double threshold = static_cast<double>(params_.min_p) * most;
+    int64_t kept = 0;
+    sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (probs_[i] < threshold) continue;
+      ids_[kept] = ids_[i];
+      probs_[kept] = probs_[i];
+      sum += probs_[kept];
+      ++kept;
+    }
+    return kept;
   }
 
   // Copies the logits of the ids below the sampleable limit into work_ (reusing its capacity: no
@@ -235,6 +292,15 @@ class Sampler {
     if (logits == nullptr) throw InvalidArgument("Sampler: logits is null");
     const auto v = static_cast<size_t>(std::min(vocab, sampleable_.limit));
     work_.assign(logits, logits + v);
+    for (const auto& [id, bias] : params_.logit_bias) {
+      if (id >= vocab)
+        throw InvalidArgument("Sampler: logit_bias id " + std::to_string(id) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      if (static_cast<size_t>(id) >= v) continue;  // never sampled anyway
+      float& x = work_[static_cast<size_t>(id)];
+      // The bias is finite and bounded: a finite logit stays finite, -inf stays -inf.
+      x = bias <= SamplerParams::kMinLogitBias ? -std::numeric_limits<float>::infinity() : x + bias;
+    }
     for (const int32_t id : sampleable_.excluded)
       if (id >= 0 && static_cast<size_t>(id) < v)
         work_[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
@@ -248,9 +314,11 @@ class Sampler {
       any_finite = any_finite || std::isfinite(x);
     }
     if (!any_finite)
-      throw InvalidArgument(v == static_cast<size_t>(vocab) && sampleable_.excluded.empty()
+      throw InvalidArgument(v == static_cast<size_t>(vocab) && sampleable_.excluded.empty() &&
+                                    params_.logit_bias.empty()
                                 ? "Sampler: every logit is -inf"
-                                : "Sampler: every logit of a sampleable id is -inf");
+                                : "Sampler: every logit of a sampleable id is -inf (masked, "
+                                  "excluded or banned by logit_bias)");
   }
 
   // The smallest prefix of the n sorted candidates whose probability (probs_ / sum) reaches
@@ -269,44 +337,52 @@ class Sampler {
     return kept;
   }
 
-  // CTRL-style penalty, as in llama.cpp: each distinct token among the last
-  // repeat_last_n of `recent` has a positive logit divided by the penalty and a
-  // non-positive one multiplied, so both move toward "less likely" when penalty > 1. Ids
-  // beyond the candidates in work_ are checked but have no logit to penalise.
-  void apply_repeat_penalty(int64_t vocab, const std::vector<int32_t>& recent) {
-    if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0 || recent.empty()) return;
+  // The penalties over the last repeat_last_n of `recent`, as in llama.cpp: each distinct token
+  // there has, first, a positive logit divided by repeat_penalty and a non-positive one
+  // multiplied (CTRL-style: both move toward "less likely" when the penalty is > 1), then
+  // presence_penalty + count x frequency_penalty subtracted. Ids beyond the candidates in work_
+  // are checked but have no logit to penalise. counts_ is all zero between calls.
+  void apply_penalties(int64_t vocab, const std::vector<int32_t>& recent) {
+    const bool any = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                     params_.frequency_penalty != 0.0f;
+    if (!any || params_.repeat_last_n == 0 || recent.empty()) return;
     const size_t window = std::min(recent.size(), static_cast<size_t>(params_.repeat_last_n));
-    seen_.resize(static_cast<size_t>(vocab), 0);
+    counts_.resize(static_cast<size_t>(vocab), 0);
     const auto begin = recent.end() - static_cast<std::ptrdiff_t>(window);
     for (auto it = begin; it != recent.end(); ++it) {
       const int32_t id = *it;
       if (id < 0 || id >= vocab) {
-        for (auto jt = begin; jt != it; ++jt) seen_[*jt] = 0;  // leave seen_ clean
+        for (auto jt = begin; jt != it; ++jt) counts_[*jt] = 0;  // leave counts_ clean
         throw InvalidArgument("Sampler: recent token id " + std::to_string(id) +
                               " is outside [0, " + std::to_string(vocab) + ")");
       }
-      if (seen_[id]) continue;
-      seen_[id] = 1;
+      ++counts_[id];
+    }
+    for (auto it = begin; it != recent.end(); ++it) {
+      const int32_t id = *it;
+      const int32_t count = counts_[id];
+      if (count == 0) continue;  // an earlier occurrence applied the penalty
+      counts_[id] = 0;
       if (static_cast<size_t>(id) >= work_.size()) continue;
       float& x = work_[id];
-      x = x > 0.0f ? x / params_.repeat_penalty : x * params_.repeat_penalty;
+      if (params_.repeat_penalty != 1.0f)
+        x = x > 0.0f ? x / params_.repeat_penalty : x * params_.repeat_penalty;
+      x -= params_.presence_penalty + static_cast<float>(count) * params_.frequency_penalty;
       if (x == std::numeric_limits<float>::infinity()) {
-        for (auto jt = begin; jt != recent.end(); ++jt) seen_[*jt] = 0;
+        for (auto jt = it; jt != recent.end(); ++jt) counts_[*jt] = 0;
         throw InvalidArgument("Sampler: logit " + std::to_string(id) +
-                              " overflows to +inf under repeat_penalty " +
-                              std::to_string(params_.repeat_penalty));
+                              " overflows to +inf under the repetition penalties");
       }
     }
-    for (auto it = begin; it != recent.end(); ++it) seen_[*it] = 0;
   }
 
   SamplerParams params_;
   detail::Xoshiro256 rng_;
   SampleableIds sampleable_;
-  std::vector<float> work_;    // penalised logits
-  std::vector<int32_t> ids_;   // candidate ids, most likely first once sorted
-  std::vector<double> probs_;  // probabilities of ids_[i]
-  std::vector<uint8_t> seen_;  // per-id flag for the distinct-token penalty, kept all zero
+  std::vector<float> work_;      // penalised logits
+  std::vector<int32_t> ids_;     // candidate ids, most likely first once sorted
+  std::vector<double> probs_;    // probabilities of ids_[i]
+  std::vector<int32_t> counts_;  // per-id count in the penalty window, kept all zero
 };
 
 }  // namespace retnet
