@@ -62,11 +62,13 @@ async function expectApiError(promise, status, param, message) {
 const shared = { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repetition_penalty: 1.1,
                  repeat_last_n: 64, presence_penalty: 0, frequency_penalty: 0, logit_bias: {} };
 
-await check("GET /props: the shared default sampler; absent fields take its values", async () => {
+await check("GET /props and /v1/models meta: the shared default sampler; absent fields take its values", async () => {
   const props = await call("GET", "/props");
   assert.equal(props.status, 200);
   assert.deepEqual(props.json.default_sampler, shared);
   assert.equal(props.json.chat_template, "plain");
+  const models = await call("GET", "/v1/models");
+  assert.deepEqual(models.json.data[0].meta.default_sampler, shared);
   const implicit = await text({ max_tokens: 40, seed: 11 });
   assert.equal(await text({ max_tokens: 40, seed: 11, ...shared }), implicit);
   // And they matter: OpenAI's own defaults (temperature 1, nothing cut) give another text.

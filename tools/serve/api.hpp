@@ -506,7 +506,8 @@ inline json session_info_json(const std::string& id, const SessionStore::Info& i
           {"busy", info.busy}};
 }
 
-/// A "model" object, with the model's shapes under "meta".
+/// A "model" object, with the model's shapes under "meta" and the sampler a request starts from
+/// (also in GET /props), which the page shows in its empty fields.
 inline json model_json(const RetNetModel<float>& model, const Tokenizer& tokenizer,
                        const std::string& id, std::time_t created) {
   const auto& c = model.config();
@@ -521,7 +522,8 @@ inline json model_json(const RetNetModel<float>& model, const Tokenizer& tokeniz
             {"layers", c.layers},
             {"heads", c.heads},
             {"state_bytes", model.new_state(1).size_bytes()},
-            {"weight_bytes", model.weights().size_bytes(c)}}}};
+            {"weight_bytes", model.weights().size_bytes(c)},
+            {"default_sampler", sampler_json(SamplerParams::shared_defaults())}}}};
 }
 
 }  // namespace retnet::serve
