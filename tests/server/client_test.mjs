@@ -149,7 +149,9 @@ async function main() {
   });
 
   await check("logprobs", async () => {
-    const r = await complete({ prompt: "ROMEO:", max_tokens: 5, temperature: 0, logprobs: 2 });
+    // Without the repetition penalty the greedy token is the model's most likely one.
+    const r = await complete({ prompt: "ROMEO:", max_tokens: 5, temperature: 0, logprobs: 2,
+                               repetition_penalty: 1 });
     const lp = r.raw.choices[0].logprobs;
     assert.equal(lp.tokens.length, 5);
     assert.equal(lp.tokens.join(""), r.text);
@@ -188,7 +190,7 @@ async function main() {
       [{ prompt: "a", seed: 1.5 }, 400, "invalid_type"],
       [{ prompt: [1, 99999] }, 400, "invalid_token"],
       [{ prompt: ["a", "b"] }, 400, "unsupported"],
-      [{ prompt: "a", n: 2 }, 400, "unsupported"],
+      [{ prompt: "a", n: 9 }, 400, "out_of_range"],
       [{ prompt: "" }, 400, "empty_prompt"],
       [{ prompt: "a", session: 5 }, 400, "invalid_type"],
       [{ prompt: "a", session: "a/b" }, 400, "invalid_session_id"],

@@ -6,6 +6,10 @@
 #                     stop sequences, logprobs, sessions, errors and bad input, 32 concurrent
 #                     streams against their solo runs, a client leaving mid-stream, 1000
 #                     sequential requests with memory and threads flat;
+#   fields_test.mjs   the sampling fields (defaults, seed, logit_bias, min_p, penalties, n, echo)
+#                     and the refusal of fields the server does not read;
+#   chat_test.mjs     /v1/chat/completions, streamed and not, against /v1/completions on the
+#                     plain template's rendering (and, after the restart, a --chat-template file);
 #   a restart         SIGTERM, start again on the same --sessions-dir, a session continues;
 #   browser_test.mjs  headless Chromium types a prompt on "/" and watches the stream
 #                     (screenshot WORK/page.png), then page_checks.mjs: the sampler's fields,
@@ -42,7 +46,12 @@ expect_usage_error "--max-batch must be in [1, 256], got 0" -m "$model" --max-ba
 expect_usage_error "--max-batch must be in [1, 256], got 257" -m "$model" --max-batch 257
 expect_usage_error "--threads must be in [1, " -m "$model" --threads 0
 expect_usage_error "give -m DIR" --port 0
-echo "retnet serve flags: --help and 7 bad command lines as expected"
+out=$("$cli" serve -m "$model" --chat-template "$work/no-such-template.txt" 2>&1 >/dev/null)
+rc=$?
+[ $rc -eq 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] &&
+  [[ $out == *"no-such-template.txt"* ]] ||
+  fail "retnet serve --chat-template MISSING: exit $rc, wanted 1 and one line naming it: $out"
+echo "retnet serve flags: --help and 8 bad command lines as expected"
 
 command -v node >/dev/null && command -v npm >/dev/null ||
   skip "the server test needs node and npm (apt-get install nodejs npm)"
@@ -76,13 +85,13 @@ rm -rf "$sessions" "$work/page.png" "$work/kept.json" "$work/server.log"
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null' EXIT
 
-start_server() {
+start_server() {  # extra flags...
   [ -f "$work/server.log" ] && port_lines=$(grep -c listening "$work/server.log") || port_lines=0
   # Through the CLI, so that `retnet serve` running retnet-serve is tested too. One compute
   # thread: the test machine is shared and small. Up to 32 requests in a step: the 32
   # concurrent streams share steps of any number of rows.
   "$cli" serve -m "$model" --host 127.0.0.1 --port 0 --threads 1 --api-key "$key" \
-    --max-batch 32 --sessions-dir "$sessions" --sessions-memory 1 >>"$work/server.log" 2>&1 &
+    --max-batch 32 --sessions-dir "$sessions" --sessions-memory 1 "$@" >>"$work/server.log" 2>&1 &
   pid=$!
   port=
   local seen
@@ -112,11 +121,18 @@ status=0
 start_server
 echo "server on 127.0.0.1:$port (pid $pid)"
 cp "$here/client_test.mjs" "$here/browser_test.mjs" "$here/page_checks.mjs" "$work/"  # next to node_modules
+cp "$here/fields_test.mjs" "$here/chat_test.mjs" "$work/"
 timeout 240 node "$work/client_test.mjs" "http://127.0.0.1:$port" "$key" "$work" main || status=1
+timeout 120 node "$work/fields_test.mjs" "http://127.0.0.1:$port" "$key" || status=1
+timeout 120 node "$work/chat_test.mjs" "http://127.0.0.1:$port" "$key" plain || status=1
 stop_server
 
-start_server
+start_server --chat-template "$here/chat_template.txt"
 echo "restarted on 127.0.0.1:$port"
+grep -q "chat template: file $here/chat_template.txt" "$work/server.log" ||
+  fail "the server did not name its --chat-template at startup"
+timeout 60 node "$work/chat_test.mjs" "http://127.0.0.1:$port" "$key" "$here/chat_template.txt" ||
+  status=1
 timeout 60 node "$work/client_test.mjs" "http://127.0.0.1:$port" "$key" "$work" after-restart ||
   status=1
 node_major=$(node -p 'process.versions.node.split(".")[0]')

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -142,15 +144,21 @@ struct Limits {
   size_t max_stop = 4, max_stop_bytes = 256;
 };
 
+/// The most choices one request may ask for ("n"): each is a job of its own in the batch.
+constexpr int64_t kMaxChoices = 8;
+
 struct CompletionRequest {
   std::optional<std::string> text;  // the prompt as text, or
   std::vector<int32_t> ids;         // as token ids
   int64_t max_tokens = 16;
-  SamplerParams sampler;
+  SamplerParams sampler;  // choice i samples with seed + i
+  int64_t seed = 0;       // as given, or drawn: the answer reports it
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   int logprobs = -1;
   std::string session;
+  int n = 1;          // choices
+  bool echo = false;  // each choice's text starts with the prompt's
 };
 
 /// "prompt": text, token ids, or a batch of one of either.
@@ -171,26 +179,77 @@ inline void read_prompt(const JsonObject& o, CompletionRequest& r, int64_t vocab
   }
 }
 
-/// The sampler's fields. Defaults follow OpenAI (temperature 1, top_p 1); the extensions top_k,
-/// repetition_penalty (1 = off) and repeat_last_n are off when absent. Without a seed the
-/// request draws one.
-inline void read_sampler(const JsonObject& o, SamplerParams& s, int64_t vocab) {
-  s.temperature = static_cast<float>(o.optional_number("temperature", 0, 2).value_or(1.0));
-  const double top_p = o.optional_number("top_p", 0, 1).value_or(1.0);
+/// "logit_bias": OpenAI's object from token ids (decimal strings such as "50256") to numbers in
+/// [-100, 100], added to those tokens' logits; ids in [0, vocab). Sorted by id.
+inline std::vector<std::pair<int32_t, float>> read_logit_bias(const JsonObject& o, int64_t vocab) {
+  const json* b = o.find("logit_bias");
+  if (!b) return {};
+  if (!b->is_object())
+    o.fail("logit_bias",
+           "must be an object from token ids to numbers in [-100, 100], found " + json_excerpt(*b),
+           JsonFieldError::Problem::kWrongType);
+  const JsonObject bias(*b, o.label(), o.path("logit_bias"));
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& item : b->items()) {
+    const std::string& key = item.key();
+    // Digits only, no leading zero: "65" and "065" would otherwise name one id twice.
+    const bool decimal =
+        !key.empty() && key.size() <= 10 && (key == "0" || key[0] != '0') &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!decimal)
+      throw ApiError(400,
+                     "'logit_bias' has the key '" + detail::escape_bounded(key, 40) +
+                         "': its keys are token ids written as decimal integers, such as \"50256\"",
+                     "logit_bias", "invalid_type");
+    const int64_t id = std::stoll(key);
+    if (id >= vocab)
+      throw ApiError(
+          400,
+          "'logit_bias' holds token id " + key + ", outside [0, " + std::to_string(vocab) + ")",
+          "logit_bias", "invalid_token");
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias.number(key, -100, 100)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// A seed for a request that gives none (or -1): below 2^53, so that a JavaScript client reads
+/// back exactly the seed the answer reports.
+inline int64_t random_seed() {
+  std::random_device device;
+  const uint64_t bits = (uint64_t(device()) << 32) ^ device();
+  return static_cast<int64_t>(bits & ((uint64_t(1) << 53) - 1));
+}
+
+/// The sampler's fields. When absent, each takes its value from SamplerParams::shared_defaults(),
+/// the default sampler of `retnet generate`, `retnet serve` and the page (GET /props shows it).
+/// Without a seed, or with -1, the request draws one.
+inline void read_sampler(const JsonObject& o, CompletionRequest& r, int64_t vocab) {
+  SamplerParams& s = r.sampler;
+  s = SamplerParams::shared_defaults();
+  s.temperature =
+      static_cast<float>(o.optional_number("temperature", 0, 2).value_or(s.temperature));
+  const double top_p = o.optional_number("top_p", 0, 1).value_or(s.top_p);
   if (top_p <= 0) o.fail("top_p", "= " + json_excerpt(o.require("top_p")) + " is outside (0, 1]");
   // A top_p below the smallest float (1e-300) means the same as the smallest: the most likely
   // token only. Rounded to float it would be 0, which the sampler refuses.
   s.top_p = std::max(static_cast<float>(top_p), std::numeric_limits<float>::denorm_min());
-  s.top_k = static_cast<int>(o.optional_integer("top_k", 0, vocab).value_or(0));
+  s.top_k = static_cast<int>(o.optional_integer("top_k", 0, vocab).value_or(s.top_k));
+  s.min_p = static_cast<float>(o.optional_number("min_p", 0, 1).value_or(s.min_p));
   s.repeat_penalty =
       static_cast<float>(o.optional_number("repetition_penalty", SamplerParams::kMinRepeatPenalty,
                                            SamplerParams::kMaxRepeatPenalty)
-                             .value_or(1.0));
-  s.repeat_last_n = static_cast<int>(o.optional_integer("repeat_last_n", 0, 256).value_or(64));
-  if (auto seed = o.optional_integer("seed"))
-    s.seed = static_cast<uint64_t>(*seed);
-  else
-    s.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+                             .value_or(s.repeat_penalty));
+  s.repeat_last_n =
+      static_cast<int>(o.optional_integer("repeat_last_n", 0, 256).value_or(s.repeat_last_n));
+  s.presence_penalty =
+      static_cast<float>(o.optional_number("presence_penalty", -2, 2).value_or(s.presence_penalty));
+  s.frequency_penalty = static_cast<float>(
+      o.optional_number("frequency_penalty", -2, 2).value_or(s.frequency_penalty));
+  s.logit_bias = read_logit_bias(o, vocab);
+  r.seed = o.optional_integer("seed").value_or(-1);
+  if (r.seed == -1) r.seed = random_seed();
+  s.seed = static_cast<uint64_t>(r.seed);
 }
 
 /// "stop": a string or an array of strings, within the limits.
@@ -223,53 +282,109 @@ inline void read_stop(const JsonObject& o, std::vector<std::string>& stop, const
           "stop", "out_of_range");
 }
 
-/// Fields of the OpenAI API this server does not implement: refused unless neutral.
-inline void refuse_unsupported(const JsonObject& o) {
-  if (o.optional_integer("n", 1).value_or(1) != 1)
-    throw ApiError(400, "'n' must be 1: one completion per request", "n", "unsupported");
-  if (o.optional_integer("best_of", 1).value_or(1) != 1)
-    throw ApiError(400, "'best_of' must be 1", "best_of", "unsupported");
-  if (o.boolean("echo", false))
-    throw ApiError(400, "'echo' is not supported", "echo", "unsupported");
-  if (!o.string("suffix", "").empty())
-    throw ApiError(400, "'suffix' is not supported", "suffix", "unsupported");
-  for (const char* penalty : {"presence_penalty", "frequency_penalty"})
-    if (o.optional_number(penalty, -2, 2).value_or(0) != 0)
-      throw ApiError(400,
-                     std::string("'") + penalty + "' is not supported (use repetition_penalty)",
-                     penalty, "unsupported");
-  if (const json* bias = o.find("logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    throw ApiError(400, "'logit_bias' is not supported", "logit_bias", "unsupported");
+/// Refuses every member of `o` that is not in `known`: a field this server does not read would
+/// otherwise be ignored, and the answer differ from what was asked. A member set to null counts
+/// as absent, as in every other read.
+inline void refuse_unknown_fields(const JsonObject& o, const std::vector<std::string>& known,
+                                  const std::string& where) {
+  for (const auto& item : o.value().items()) {
+    if (item.value().is_null()) continue;
+    if (std::find(known.begin(), known.end(), item.key()) != known.end()) continue;
+    const std::string field = o.path(detail::escape_bounded(item.key(), 60));
+    throw ApiError(400,
+                   "'" + field + "' is not supported by " + where +
+                       " (docs/SERVER.md lists the fields it reads)",
+                   field, "unsupported");
+  }
+}
+
+/// "n", "stream" and "stream_options", read alike by both completion routes. Several choices
+/// and a session exclude each other: the session would have several continuations.
+inline void read_choices_and_stream(const JsonObject& o, CompletionRequest& r) {
+  r.n = static_cast<int>(o.optional_integer("n", 1, kMaxChoices).value_or(1));
+  if (r.n > 1 && !r.session.empty())
+    throw ApiError(400, "'n' must be 1 with a session: one session keeps one continuation", "n",
+                   "unsupported");
+  r.stream = o.boolean("stream", false);
+  if (auto options = o.optional_object("stream_options")) {
+    refuse_unknown_fields(*options, {"include_usage"}, "this server");
+    r.include_usage = options->boolean("include_usage", false);
+  }
+}
+
+/// "session": the id of a session to continue.
+inline void read_session(const JsonObject& o, CompletionRequest& r) {
+  if (auto id = o.optional_string("session")) {
+    if (!valid_session_id(*id))
+      throw ApiError(400, "'session' must match [A-Za-z0-9_-]{1,64}", "session",
+                     "invalid_session_id");
+    r.session = *id;
+  }
+}
+
+/// "max_tokens" (or `key`) within the server's limit.
+inline std::optional<int64_t> read_max_tokens(const JsonObject& o, const Limits& limits,
+                                              const std::string& key = "max_tokens") {
+  const auto n = o.optional_integer(key, 0);
+  if (n && *n > limits.max_tokens)
+    throw ApiError(400,
+                   "'" + key + "' is " + std::to_string(*n) + "; this server allows at most " +
+                       std::to_string(limits.max_tokens),
+                   key, "max_tokens_too_large");
+  return n;
+}
+
+/// The fields both completion routes read, and then `more`.
+inline std::vector<std::string> shared_fields(std::initializer_list<const char*> more) {
+  std::vector<std::string> known = {"model",
+                                    "user",
+                                    "temperature",
+                                    "top_p",
+                                    "top_k",
+                                    "min_p",
+                                    "repetition_penalty",
+                                    "repeat_last_n",
+                                    "presence_penalty",
+                                    "frequency_penalty",
+                                    "logit_bias",
+                                    "seed",
+                                    "stop",
+                                    "stream",
+                                    "stream_options",
+                                    "n"};
+  known.insert(known.end(), more.begin(), more.end());
+  return known;
 }
 
 /// Reads a /v1/completions body (max_tokens 16 when absent, as OpenAI's).
 inline CompletionRequest parse_completion(const std::string& body, const Limits& limits,
                                           int64_t vocab) {
   return read_body(body, [&](const JsonObject& o) {
+    refuse_unknown_fields(
+        o,
+        shared_fields({"prompt", "max_tokens", "logprobs", "echo", "session", "best_of", "suffix"}),
+        "/v1/completions");
     CompletionRequest r;
     read_prompt(o, r, vocab);
     o.optional_string("model");  // any name: the server has one model
-    if (auto n = o.optional_integer("max_tokens", 0)) {
-      if (*n > limits.max_tokens)
-        throw ApiError(400,
-                       "'max_tokens' is " + std::to_string(*n) + "; this server allows at most " +
-                           std::to_string(limits.max_tokens),
-                       "max_tokens", "max_tokens_too_large");
-      r.max_tokens = *n;
-    }
-    read_sampler(o, r.sampler, vocab);
+    o.optional_string("user");   // OpenAI's end-user id: nothing here depends on it
+    r.max_tokens = read_max_tokens(o, limits).value_or(16);
+    read_sampler(o, r, vocab);
     read_stop(o, r.stop, limits);
-    r.stream = o.boolean("stream", false);
-    if (auto options = o.optional_object("stream_options"))
-      r.include_usage = options->boolean("include_usage", false);
+    read_session(o, r);
+    read_choices_and_stream(o, r);
     r.logprobs = static_cast<int>(o.optional_integer("logprobs", 0, 5).value_or(-1));
-    if (auto id = o.optional_string("session")) {
-      if (!valid_session_id(*id))
-        throw ApiError(400, "'session' must match [A-Za-z0-9_-]{1,64}", "session",
-                       "invalid_session_id");
-      r.session = *id;
-    }
-    refuse_unsupported(o);
+    r.echo = o.boolean("echo", false);
+    if (r.echo && r.logprobs >= 0)
+      throw ApiError(400,
+                     "'echo' with 'logprobs' is not supported: the prompt's log-probabilities are "
+                     "not computed",
+                     "echo", "unsupported");
+    if (o.optional_integer("best_of").value_or(r.n) != r.n)
+      throw ApiError(400, "'best_of' must equal 'n' (no ranking of choices)", "best_of",
+                     "unsupported");
+    if (!o.string("suffix", "").empty())
+      throw ApiError(400, "'suffix' is not supported (no insertion)", "suffix", "unsupported");
     return r;
   });
 }
@@ -331,10 +446,11 @@ inline json logprobs_json(const std::vector<TokenLogprob>& entries, const Tokeni
           {"text_offset", offsets}};
 }
 
-inline json usage_json(const JobResult& r) {
-  return {{"prompt_tokens", r.prompt_tokens},
-          {"completion_tokens", r.completion_tokens},
-          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+/// OpenAI's usage: the prompt counted once, the tokens of every choice.
+inline json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
 inline json timings_json(const JobResult& r) {
@@ -355,17 +471,30 @@ struct CompletionId {
   std::string model;
 };
 
-/// A "text_completion" object with one choice; `finish_reason` null while a stream goes on.
-inline json completion_json(const CompletionId& c, const std::string& text, const json& logprobs,
-                            const json& finish_reason) {
-  return {{"id", c.id},
-          {"object", "text_completion"},
-          {"created", c.created},
-          {"model", c.model},
-          {"choices", json::array({{{"text", text},
-                                    {"index", 0},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason}}})}};
+/// A float as the shortest decimal that reads back as it (0.95f as 0.95, not 0.949999988).
+inline double shortest(float x) {
+  char text[32];
+  for (int digits = 6; digits < 10; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, double(x));
+    if (std::strtof(text, nullptr) == x) break;
+  }
+  return std::strtod(text, nullptr);
+}
+
+/// The sampler's settings under the names a request gives them (the seed aside: a request
+/// without one draws it).
+inline json sampler_json(const SamplerParams& s) {
+  json bias = json::object();
+  for (const auto& [id, value] : s.logit_bias) bias[std::to_string(id)] = shortest(value);
+  return {{"temperature", shortest(s.temperature)},
+          {"top_k", s.top_k},
+          {"top_p", shortest(s.top_p)},
+          {"min_p", shortest(s.min_p)},
+          {"repetition_penalty", shortest(s.repeat_penalty)},
+          {"repeat_last_n", s.repeat_last_n},
+          {"presence_penalty", shortest(s.presence_penalty)},
+          {"frequency_penalty", shortest(s.frequency_penalty)},
+          {"logit_bias", bias}};
 }
 
 inline json session_info_json(const std::string& id, const SessionStore::Info& info) {
@@ -377,7 +506,8 @@ inline json session_info_json(const std::string& id, const SessionStore::Info& i
           {"busy", info.busy}};
 }
 
-/// A "model" object, with the model's shapes under "meta".
+/// A "model" object, with the model's shapes under "meta" and the sampler a request starts from
+/// (also in GET /props), which the page shows in its empty fields.
 inline json model_json(const RetNetModel<float>& model, const Tokenizer& tokenizer,
                        const std::string& id, std::time_t created) {
   const auto& c = model.config();
@@ -392,7 +522,8 @@ inline json model_json(const RetNetModel<float>& model, const Tokenizer& tokeniz
             {"layers", c.layers},
             {"heads", c.heads},
             {"state_bytes", model.new_state(1).size_bytes()},
-            {"weight_bytes", model.weights().size_bytes(c)}}}};
+            {"weight_bytes", model.weights().size_bytes(c)},
+            {"default_sampler", sampler_json(SamplerParams::shared_defaults())}}}};
 }
 
 }  // namespace retnet::serve

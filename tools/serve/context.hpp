@@ -25,6 +25,7 @@ struct ServerOptions {
   std::string api_key;   // empty: no key required
   std::string host;      // the address listened on (--host), a Host served without a key
   std::vector<std::string> cors_origins;  // origins whose pages may call the API (--cors)
+  ChatTemplate chat_template = ChatTemplate::plain();  // /v1/chat/completions' (--chat-template)
 };
 
 /// The parts every route reads; they outlive the server.
@@ -38,8 +39,9 @@ struct ServerContext {
   std::time_t started = std::time(nullptr);
 };
 
+/// A JSON answer, ending with a newline as a text file does (so `curl` output ends its line).
 inline void reply(http::Response& res, int status, const json& body) {
-  res.send(status, dump(body), "application/json");
+  res.send(status, dump(body) + "\n", "application/json");
 }
 
 /// An error answer; a 503 (busy, full queue, too many connections) says when to retry.

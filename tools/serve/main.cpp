@@ -34,6 +34,7 @@ using retnet::tools::UsageError;
 struct ServeOptions {
   std::string model_dir;       // -m; empty with random_weights
   std::string random_weights;  // --random-weights: a config.json, for development
+  std::string chat_template;   // --chat-template FILE; empty: the model folder's
   retnet::LoadOptions load;    // --weights
   int threads = 0;             // --threads; 0: the default (all cores)
   std::string host;
@@ -59,6 +60,7 @@ constexpr int kMaxBatch = 256;
 struct ServeFlags {
   std::optional<std::string> model, api_key, sessions_dir, random_weights;
   std::optional<std::string> api_key_file;
+  std::optional<std::string> chat_template;
   std::vector<std::string> cors;
   std::string host;
   int port = 0, max_batch = 0, http_threads = 0, max_connections = 0;
@@ -121,6 +123,9 @@ struct ServeFlags {
     f.toggle(reuse_port, "--reuse-port",
              "share the port with other processes (SO_REUSEPORT); without it a busy port is an "
              "error");
+    f.optional(chat_template, "--chat-template", "FILE",
+               "the chat template of /v1/chat/completions (docs/CHAT.md; default: the model "
+               "folder's, else plain)");
     f.optional(random_weights, "--random-weights", "CONFIG",
                "(development) a config.json with random weights instead of -m, as `retnet bench "
                "--config`");
@@ -179,6 +184,7 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   ServeOptions o;
   o.model_dir = flags.model.value_or("");
   o.random_weights = flags.random_weights.value_or("");
+  o.chat_template = flags.chat_template.value_or("");
   o.load = retnet::LoadOptions{flags.weights};
   o.threads = flags.threads.value_or(0);
   o.host = flags.host;
@@ -261,7 +267,7 @@ std::unique_ptr<retnet::Tokenizer> load_tokenizer(const ServeOptions& o, const M
 }
 
 void print_start(const ServeOptions& o, const Model& model, const std::string& model_id, int port,
-                 bool persistent) {
+                 bool persistent, const std::string& chat_template_name) {
   std::fprintf(stderr,
                "retnet serve: model %s (%s of weights, %.2f MB state per sequence), max batch "
                "%ld, %d compute threads, sessions %s\n",
@@ -270,13 +276,23 @@ void print_start(const ServeOptions& o, const Model& model, const std::string& m
                model.new_state(1).size_bytes() / 1e6, long(o.engine.max_batch),
                o.threads > 0 ? o.threads : retnet::num_threads(),
                persistent ? ("in memory and " + o.sessions_dir).c_str() : "in memory only");
+  std::fprintf(stderr, "retnet serve: chat template: %s\n", chat_template_name.c_str());
   std::fprintf(stderr, "retnet serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
+}
+
+/// The template of --chat-template, else the model folder's (plain for random weights); read
+/// before the model, so that a bad file is refused at once.
+retnet::ChatTemplate chat_template(const ServeOptions& o) {
+  if (!o.chat_template.empty()) return retnet::ChatTemplate::from_file(o.chat_template);
+  if (!o.model_dir.empty()) return retnet::ChatTemplate::for_model_folder(o.model_dir);
+  return retnet::ChatTemplate::plain();
 }
 
 int run(const ServeOptions& o) {
   if (o.threads > 0) retnet::set_num_threads(o.threads);
   ServerOptions server_options;
+  server_options.chat_template = chat_template(o);
   const auto model = load_model(o, server_options.model_id);
   const auto tokenizer = load_tokenizer(o, *model);
   SessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir, o.sessions_quota);
@@ -304,7 +320,8 @@ int run(const ServeOptions& o) {
                  "retnet serve: warning: --host %s is not loopback and no API key is set: anyone "
                  "who can reach it can use the model (set --api-key-file)\n",
                  o.host.c_str());
-  print_start(o, *model, server_options.model_id, port, sessions.persistent());
+  print_start(o, *model, server_options.model_id, port, sessions.persistent(),
+              server_options.chat_template.name());
   const bool ok = http.listen();
   signals.finish();
   engine.stop();

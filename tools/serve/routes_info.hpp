@@ -1,5 +1,6 @@
 // The routes that describe the server and its model: GET /health, GET /metrics (Prometheus),
-// GET /v1/models, GET /v1/models/ID, and the tokenizer's POST /tokenize and POST /detokenize.
+// GET /v1/models, GET /v1/models/ID, GET /props (the defaults a request starts from), and the
+// tokenizer's POST /tokenize and POST /detokenize.
 #pragma once
 
 #include <cstdint>
@@ -109,6 +110,19 @@ class InfoRoutes {
                      "no model '" + id + "' here; this server has '" + ctx_.options.model_id + "'",
                      "model", "model_not_found");
     reply(res, 200, model());
+  }
+
+  /// GET /props: what a completion gets for the fields it leaves out (the sampler shared with
+  /// `retnet generate` and the page) and what it may ask for.
+  void props(const http::Request&, http::Response& res) const {
+    reply(res, 200,
+          {{"model", ctx_.options.model_id},
+           {"chat_template", ctx_.options.chat_template.name()},
+           {"default_sampler", sampler_json(SamplerParams::shared_defaults())},
+           {"limits",
+            {{"max_tokens", ctx_.options.limits.max_tokens},
+             {"max_stop", ctx_.options.limits.max_stop},
+             {"max_choices", kMaxChoices}}}});
   }
 
   /// POST /tokenize: {"content": TEXT} -> {"tokens": [ids]}

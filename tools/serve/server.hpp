@@ -4,15 +4,18 @@
 #pragma once
 
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "serve/answer_shape.hpp"
 #include "serve/api.hpp"
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
 #include "serve/gate.hpp"
 #include "serve/http.hpp"
 #include "serve/page.hpp"
+#include "serve/routes_chat.hpp"
 #include "serve/routes_completions.hpp"
 #include "serve/routes_info.hpp"
 #include "serve/routes_sessions.hpp"
@@ -26,7 +29,8 @@ class Server {
   Server(const Model& model, const Tokenizer& tokenizer, Engine& engine, SessionStore& sessions,
          ServerOptions options)
       : ctx_{model, tokenizer, engine, sessions, std::move(options), metrics_},
-        completions_(ctx_),
+        completions_(ctx_, std::make_unique<TextShape>()),
+        chat_(ctx_, std::make_unique<ChatShape>(ctx_.options.chat_template)),
         sessions_(ctx_),
         info_(ctx_),
         gate_(ctx_.options.api_key, ctx_.options.host, ctx_.options.cors_origins) {}
@@ -47,9 +51,11 @@ class Server {
     });
     http.get("/health", handle([this](auto& req, auto& res) { info_.health(req, res); }));
     http.get("/metrics", handle([this](auto& req, auto& res) { info_.metrics(req, res); }));
+    http.get("/props", handle([this](auto& req, auto& res) { info_.props(req, res); }));
     http.get("/v1/models", handle([this](auto& req, auto& res) { info_.models(req, res); }));
     http.get("/v1/models/(.+)", handle([this](auto& req, auto& res) { info_.model(req, res); }));
     http.post("/v1/completions", handle([this](auto& req, auto& res) { completions_(req, res); }));
+    http.post("/v1/chat/completions", handle([this](auto& req, auto& res) { chat_(req, res); }));
     http.post("/tokenize", handle([this](auto& req, auto& res) { info_.tokenize(req, res); }));
     http.post("/detokenize", handle([this](auto& req, auto& res) { info_.detokenize(req, res); }));
     http.post("/v1/sessions", handle([this](auto& req, auto& res) { sessions_.create(req, res); }));
@@ -81,7 +87,7 @@ class Server {
 
   ServerMetrics metrics_;  // before ctx_, which refers to it
   ServerContext ctx_;
-  CompletionsRoute completions_;
+  CompletionsRoute completions_, chat_;
   SessionsRoutes sessions_;
   InfoRoutes info_;
   Gate gate_;
