@@ -21,6 +21,7 @@ async function samplerFieldsSent(page, base, key) {
   await page.waitForSelector(done, { timeout: 30_000 });
   for (const f of ["seed", "temperature", "top_k", "top_p", "min_p", "repetition_penalty"])
     assert.equal(body[f], fields[f], `the page sent ${f} = ${body[f]}, typed ${fields[f]}`);
+  assert.match(await page.textContent("#stats"), / · seed 11$/, "the stats do not name the seed");
   const shown = await page.textContent("#out .completion");
   const direct = await fetch(base + "/v1/completions", {
     method: "POST",

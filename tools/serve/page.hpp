@@ -174,7 +174,7 @@ $("go").onclick = async () => {
   controller = new AbortController();
   $("go").disabled = true; $("stop").disabled = false;
   const t0 = performance.now();
-  let first = 0, pieces = 0;
+  let first = 0, pieces = 0, seed;
   const rate = (tokens, secs) => (secs > 0 ? ((tokens - 1) / secs).toFixed(1) : "–");
   try {
     const res = await fetch("/v1/completions", { method: "POST", headers: headers(),
@@ -185,6 +185,7 @@ $("go").onclick = async () => {
     }
     await readEvents(res, (msg) => {
       const now = performance.now();
+      if (msg.seed !== undefined) seed = msg.seed;  // on the last chunk: the seed drawn, if none
       if (msg.choices && msg.choices.length && msg.choices[0].text) {
         if (!first) first = now;
         pieces += 1;
@@ -198,7 +199,7 @@ $("go").onclick = async () => {
           rate(u.completion_tokens, (now - (first || now)) / 1000) +
           " tokens/s · first token after " + (first - t0).toFixed(0) + " ms · prompt " +
           u.prompt_tokens + " new tokens" + (msg.session ? " · session holds " +
-          msg.session.tokens + " tokens" : "") + (msg.seed !== undefined ? " · seed " + msg.seed : "");
+          msg.session.tokens + " tokens" : "") + (seed !== undefined ? " · seed " + seed : "");
       }
     });
     stats.dataset.done = "1";
@@ -226,7 +227,7 @@ $("go").onclick = async () => {
 /// in a frame. Editing the <script> or <style> above changes their hash: the hostile-client
 /// test's case 17 (tests/server/hostile/api_cases.py) computes both and names the new values.
 inline const char* const kPageSecurityPolicy =
-    "default-src 'self'; script-src 'sha256-Glyj89N8kR2aw6ELaX9dlzcVRbKkw2hU7HXyjcENVjs='; "
+    "default-src 'self'; script-src 'sha256-ktmtm21fwzw7Yr++o+4+vFCOc/61G62PIULILmzvoyY='; "
     "style-src 'sha256-+Iw6qqk/99A7JddUGs/AL/MRftCaVxomnz+G74Dn/r4='; frame-ancestors 'none'; "
     "base-uri 'none'; form-action 'none'";
 
