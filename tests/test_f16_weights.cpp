@@ -104,6 +104,18 @@ TEST(F16Weights, HalvesAreKeptAndRangeIsChecked) {
 
 const std::string kDemo = std::string(RETNET_SOURCE_DIR) + "/models/shakespeare";
 
+// One thread: these tests compare values, not speed, and a busy machine makes OpenMP's barriers
+// (one per product of a decoding step) cost more than the products.
+class F16Models : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_before_ = retnet::num_threads();
+    retnet::set_num_threads(1);
+  }
+  void TearDown() override { retnet::set_num_threads(threads_before_); }
+  int threads_before_ = 1;
+};
+
 retnet::TokenMatrix demo_tokens(int64_t vocab = 256) {
   const std::string text = "ROMEO:\nBut soft, what light through yonder window breaks?\n";
   retnet::TokenMatrix tokens(1, Index(text.size()));
@@ -111,7 +123,7 @@ retnet::TokenMatrix demo_tokens(int64_t vocab = 256) {
   return tokens;
 }
 
-TEST(F16Weights, TheDemoModelKeepsItsHalves) {
+TEST_F(F16Models, TheDemoModelKeepsItsHalves) {
   // The demo checkpoint stores every tensor as F16: it loads as f16 by default, every weight is
   // the checkpoint's half as it is (the f32 model holds the same values, exactly widened), and
   // the logits are the f32 model's: the same values in the same chains of multiply-adds (bound:
@@ -140,7 +152,7 @@ TEST(F16Weights, TheDemoModelKeepsItsHalves) {
   }
 }
 
-TEST(F16Weights, ConvertedFoldersStoreF16AndLoadWithoutConverting) {
+TEST_F(F16Models, ConvertedFoldersStoreF16AndLoadWithoutConverting) {
   // An f32 fixture converted to f16 (as `retnet convert --weights f16` does): its linear maps are
   // F16 tensors holding the rounded values, it loads back as f16 by default, and the demo's own
   // halves survive a round trip bit for bit.

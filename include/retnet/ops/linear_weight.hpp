@@ -199,16 +199,19 @@ class LinearWeight {
   /// type is kept as it is). InvalidArgument for a finite value beyond f16's range (65504), which
   /// would become infinite.
   static void encode_16_bit_panel(WeightType type, const Matrix<Scalar>& rows, uint16_t* out) {
-    const auto encode = type == WeightType::kF16 ? float_to_half : float_to_bf16;
-    for (Index q = 0; q < rows.cols(); ++q)
-      for (Index r = 0; r < kPanelRows; ++r) {
-        const float v = static_cast<float>(rows(r, q));
-        const uint16_t h = encode(v);
-        if (type == WeightType::kF16 && (h & 0x7fffu) == 0x7c00u && std::isfinite(v))
-          throw InvalidArgument("f16: a weight of " + std::to_string(v) +
-                                " is beyond binary16's range (largest 65504)");
-        out[q * kPanelRows + r] = h;
-      }
+    const auto encode_all = [&](auto encode) {  // one loop per type, the conversion inlined
+      for (Index q = 0; q < rows.cols(); ++q)
+        for (Index r = 0; r < kPanelRows; ++r)
+          out[q * kPanelRows + r] = encode(static_cast<float>(rows(r, q)));
+    };
+    if (type == WeightType::kBF16) return encode_all([](float v) { return float_to_bf16(v); });
+    encode_all([](float v) {
+      const uint16_t h = float_to_half(v);
+      if ((h & 0x7fffu) == 0x7c00u && std::isfinite(v))
+        throw InvalidArgument("f16: a weight of " + std::to_string(v) +
+                              " is beyond binary16's range (largest 65504)");
+      return h;
+    });
   }
 
   WeightType type_ = WeightType::kF32;
