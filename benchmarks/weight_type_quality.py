@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""What bf16, q8 and q4 weights cost a model, from files `retnet` writes (docs/PERFORMANCE.md,
+"""What f16, bf16, q8 and q4 weights cost a model, from files `retnet` writes (docs/PERFORMANCE.md,
 "Weight types: quality", has the commands and the results). Needs NumPy.
 
   weight_type_quality.py weights MODEL.safetensors
-      relative RMS error of the linear maps' weights under bf16, q8, q4 (scale and minimum) and
+      relative RMS error of the linear maps' weights under f16, bf16, q8, q4 (scale and minimum) and
       three symmetric 4-bit roundings, computed here from the formats' definitions
   weight_type_quality.py logits DIR TEXT
-      DIR/logits_{f32,bf16,q8,q4}.npy from `retnet score --file TEXT --logits-out`: against f32,
+      DIR/logits_{f32,f16,bf16,q8,q4}.npy from `retnet score --file TEXT --logits-out`: against f32,
       the relative logit error (max |x - r| / max |r|, as the tests compute it, and RMS), the
       share of positions whose most likely next byte is f32's, KL(f32 || type), nats/byte
   weight_type_quality.py paired F32.npy A.npy B.npy TEXT
@@ -56,6 +56,7 @@ def bf16(w):  # round to nearest even
 
 def weights(path):
     schemes = {
+        "f16": half,
         "bf16": bf16,
         "q8": q8,
         "q4 (scale, minimum)": q4_minimum,
@@ -98,7 +99,7 @@ def logits(directory, text):
     T = ref.shape[0] - 1  # row t predicts byte t + 1
     if ref.shape[0] != len(ids):
         sys.exit(f"{len(ids)} bytes of text but {ref.shape[0]} rows of logits")
-    for t in ["bf16", "q8", "q4"]:
+    for t in ["f16", "bf16", "q8", "q4"]:
         got = np.load(f"{directory}/logits_{t}.npy", mmap_mode="r")
         num = den = se = sr = kl = nll = nll_ref = 0.0
         agree = 0

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Speed of each weight type (f32, bf16, q8, q4) side by side in one run, with `retnet bench`.
+"""Speed of each weight type (f32, f16, bf16, q8, q4) side by side in one run, with `retnet bench`.
 
     python3 benchmarks/weight_types.py build/tools/retnet --config benchmarks/configs/base.json
     python3 benchmarks/weight_types.py build/tools/retnet -m /tmp/retnet-1.3B-synthetic \\
         --skip-prompt --gen-len 8 --rounds 2
 
 Every measurement is its own `retnet bench --json` process. Rounds alternate the types (f32,
-bf16, q8, q4, f32, ...) at each thread count, so that a machine whose speed drifts over minutes
+f16, bf16, q8, q4, f32, ...) at each thread count, so that a machine whose speed drifts over minutes
 compares like with like; each type keeps the median of its rounds. Measured per type and thread
 count: decode tokens/s at batch 1 and at batch 8 (after a short prompt), prompt tokens/s at
 --prompt-len with every position's logits (scoring), peak RSS and the bytes of weights a decode
@@ -31,7 +31,7 @@ def main():
     ap.add_argument("cli")
     ap.add_argument("-m", dest="model")
     ap.add_argument("--config")
-    ap.add_argument("--types", default="f32,bf16,q8,q4")
+    ap.add_argument("--types", default="f32,f16,bf16,q8,q4")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gen-len", type=int, default=64)

@@ -249,11 +249,11 @@ expect_error "mixed families" "mixes checkpoint families" "$retnet" score -m "$w
 # tiny-bytes holds 37536 float32 values (150144 bytes): 160 norm weights, which stay float32, and
 # 37376 in linear maps, whose rows hold 1248 blocks of (up to) 32 values (embedding and lm_head
 # 256 x 32; per layer q, k 32 x 32, v, g 48 x 32, out 32 x 48, fc1, gate 40 x 32, fc2 32 x 40).
-# Stored bytes (docs/FORMATS.md, "Quantised weights"): bf16 2 per weight; q8 1 per weight and a
+# Stored bytes (docs/FORMATS.md, "Quantised weights"): f16 and bf16 2 per weight; q8 1 per weight and a
 # binary16 scale per block; q4 half a byte per weight and a binary16 scale per block.
-declare -A stored=([f32]=150144 [bf16]=$((37376 * 2 + 640)) [q8]=$((37376 + 1248 * 2 + 640))
+declare -A stored=([f32]=150144 [f16]=$((37376 * 2 + 640)) [bf16]=$((37376 * 2 + 640)) [q8]=$((37376 + 1248 * 2 + 640))
   [q4]=$((37376 / 2 + 1248 * 2 + 640)))
-declare -A resident=([bf16]=${stored[bf16]} [q8]=$((1248 * (32 + 2) + 640)) [q4]=$((1248 * (16 + 2) + 640)))
+declare -A resident=([f16]=${stored[f16]} [bf16]=${stored[bf16]} [q8]=$((1248 * (32 + 2) + 640)) [q4]=$((1248 * (16 + 2) + 640)))
 dtype_bytes() {  # info --json file: the bytes of all its stored tensors
   grep -o '"bytes":[0-9]*' "$1" | awk -F: '{ s += $2 } END { print s + 0 }'
 }
@@ -262,7 +262,7 @@ if [ "$(dtype_bytes "$work/out")" -eq "${stored[f32]}" ]; then ok; else
   fail "tiny-bytes stores $(dtype_bytes "$work/out") bytes, expected ${stored[f32]}"; fi
 ids=$(npy_values "$model/tokens.npy" d8 | head -n 30 | paste -sd, -)
 expect_ok "score f32" "$retnet" score -m "$model" --tokens "$ids" --logits-out "$work/f32.npy" --threads 1
-for t in bf16 q8 q4; do
+for t in f16 bf16 q8 q4; do
   conv=$work/tiny-$t
   expect_ok "convert to $t" "$retnet" convert -m "$model" -o "$conv" --weights $t --threads 1
   contains "convert names the type" "$work/err" "($t)"
@@ -308,7 +308,7 @@ expect_usage_error "convert onto a model folder" "already holds a model" \
 if cmp -s "$work/q8.safetensors" "$work/tiny-q8/model.safetensors"; then ok; else fail "a refused convert changed the folder"; fi
 expect_usage_error "convert onto its source" "already holds a model" "$retnet" convert -m "$model" -o "$model" --weights q8
 expect_usage_error "convert without --weights" "--weights is required" "$retnet" convert -m "$model" -o "$work/new"
-expect_usage_error "convert --weights q7" "--weights: unknown weight type 'q7' (expected f32, bf16, q8 or q4)" \
+expect_usage_error "convert --weights q7" "--weights: unknown weight type 'q7' (expected f32, f16, bf16, q8 or q4)" \
   "$retnet" convert -m "$model" -o "$work/new" --weights q7
 expect_usage_error "convert without -o" "-o is required" "$retnet" convert -m "$model" --weights q8
 if [ -e "$work/new" ]; then fail "a refused convert created its output folder"; else ok; fi

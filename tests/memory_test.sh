@@ -20,10 +20,10 @@
 #    12.2 MB, of which about 5 MB is the process itself). A copy of the weights at any moment
 #    of loading would add 104 MB.
 # 4. Weight types hold their stored bytes, not float32: the same model loaded with --weights
-#    bf16, q8 and q4 (converted a panel of 48 rows at a time while loading) must report exactly
-#    the type's bytes (2, 1 + 2/32 and 0.5 + 4/32 bytes per weight of a linear map; the 7680 norm
-#    weights stay float32: 51 935 232, 27 604 992 and 16 250 880 bytes) and peak within them +
-#    the same 24 MiB as float32 (measured: + 11.2, 10.6 and 10.1 MB). A float32 copy of the
+#    f16, bf16, q8 and q4 (converted a panel of 48 rows at a time while loading) must report
+#    exactly the type's bytes (2, 2, 1 + 2/32 and 0.5 + 4/32 bytes per weight of a linear map; the
+#    7680 norm weights stay float32: 51 935 232 for f16 and bf16, 27 604 992 and 16 250 880 bytes)
+#    and peak within them + the same 24 MiB as float32 (measured: + 11.2, 11.2, 10.6 and 10.1 MB). A float32 copy of the
 #    weights (104 MB), or of more than about 14 MB of them, would break the bound. The q4 folder
 #    written by `retnet convert` loads within the same bound.
 set -u
@@ -139,7 +139,7 @@ fi
 # --- 4. weight types: resident bytes = stored bytes
 norms=$((15 * 512 * 4))
 linear=$(((offset - norms) / 4))  # weights of linear maps; every row is whole blocks of 32
-declare -A type_bytes=([bf16]=$((linear * 2 + norms)) [q8]=$((linear + linear / 32 * 2 + norms))
+declare -A type_bytes=([f16]=$((linear * 2 + norms)) [bf16]=$((linear * 2 + norms)) [q8]=$((linear + linear / 32 * 2 + norms))
   [q4]=$((linear / 2 + linear / 32 * 2 + norms)))
 typed_peak() {  # name, expected weight bytes, bench arguments...
   local name=$1 want=$2 peak weights; shift 2
@@ -156,7 +156,7 @@ typed_peak() {  # name, expected weight bytes, bench arguments...
     failed=$((failed + 1))
   fi
 }
-for t in bf16 q8 q4; do
+for t in f16 bf16 q8 q4; do
   typed_peak "--weights $t" "${type_bytes[$t]}" -m "$big" --weights $t
 done
 if "$retnet" convert -m "$big" -o "$work/big-q4" --weights q4 --threads 1 >/dev/null 2>"$work/err"; then

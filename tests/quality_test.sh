@@ -9,9 +9,12 @@
 #    whole held-out: -0.0008 %, +0.0098 %, +0.364 %; q4 varies more over short texts; q8/q4
 #    products round their input to int8 too). The bounds sit just above the measured costs, so
 #    that a loss of precision shows at once. q4 must also cost at least +0.1 % and bf16 and q8
-#    must differ from f32 at all, or --weights was not applied.
+#    must differ from f32 at all, or --weights was not applied. f16 scores exactly what f32
+#    scores: the demo is stored in F16, so f16 keeps its halves as they are and f32 holds the same
+#    values widened (measured: equal to the last digit); `bench` shows f16 holding half the bytes
+#    of f32, so that the type was applied.
 # 2. Greedy generation (`--temp 0`, the command's other defaults) of 100 bytes after "ROMEO:":
-#    bf16 and q8 produce the same 100 bytes as f32 (measured: the same 200 of 200).
+#    f16, bf16 and q8 produce the same 100 bytes as f32 (measured: the same 200 of 200).
 set -u
 retnet=$1
 model=$2
@@ -24,7 +27,7 @@ failed=0
 
 # --- 1. held-out nats/byte
 declare -A nats bound=([bf16]=0.0002 [q8]=0.0005 [q4]=0.010)
-for t in f32 bf16 q8 q4; do
+for t in f32 f16 bf16 q8 q4; do
   if "$retnet" score -m "$model" --file "$text" --weights $t --json --threads 1 >"$work/$t.json" 2>"$work/err"; then
     nats[$t]=$(json_number "$work/$t.json" nats_per_token)
   else
@@ -42,9 +45,19 @@ for t in bf16 q8 q4; do
   check "$t differs from f32 (the type was applied)" "a != b" "${nats[$t]}" "${nats[f32]}"
 done
 check "q4 costs at least +0.1 % (it is 4-bit)" "a / b - 1 >= 0.001" "${nats[q4]}" "${nats[f32]}"
+check "f16: nats/byte are f32's (the F16 checkpoint's halves kept as they are)" "a == b" \
+  "${nats[f16]}" "${nats[f32]}"
+declare -A weight_bytes
+for t in f32 f16; do
+  "$retnet" bench -m "$model" --weights $t --prompt-len 4 --gen-len 1 --repeat 1 --threads 1 --json \
+    >"$work/bench.$t" 2>"$work/err" || echo "bench --weights $t: $(tail -n 1 "$work/err")"
+  weight_bytes[$t]=$(json_number "$work/bench.$t" weight_bytes)
+done
+check "f16 holds half of f32's weight bytes (${weight_bytes[f16]:-?} of ${weight_bytes[f32]:-?}; the norms stay float32)" \
+  "a / b > 0.5 && a / b < 0.505" "${weight_bytes[f16]}" "${weight_bytes[f32]}"
 
 # --- 2. greedy generation
-for t in f32 bf16 q8; do
+for t in f32 f16 bf16 q8; do
   "$retnet" generate -m "$model" -p "ROMEO:" -n 100 --temp 0 --weights $t --threads 1 \
     >"$work/greedy.$t" 2>"$work/err" || echo "generate --weights $t: $(tail -n 1 "$work/err")"
 done
@@ -57,7 +70,7 @@ common_prefix() {  # file a, file b
     *EOF*) stat -c %s "$1" "$2" | sort -n | head -n 1 ;;
   esac
 }
-for t in bf16 q8; do
+for t in f16 bf16 q8; do
   same=$(common_prefix "$work/greedy.f32" "$work/greedy.$t")
   check "$t: the greedy text after ROMEO: is f32's (first ${same:-?} of $((6 + 100 + 1)) bytes of output equal)" \
     "a == b && a == 6 + 100 + 1" "$same" "$(stat -c %s "$work/greedy.f32")"

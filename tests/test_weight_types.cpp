@@ -1,6 +1,6 @@
-// ops/weight_type.hpp, ops/quantize.hpp and the typed LinearWeight: bf16, q8 and q4 weights against
-// a reference written here from the formats' definitions (docs/FORMATS.md, "Quantised weights"),
-// and the products over them against plain loops.
+// ops/weight_type.hpp, ops/quantize.hpp and the typed LinearWeight: f16, bf16, q8 and q4 weights
+// against a reference written here from the formats' definitions (docs/FORMATS.md, "Quantised
+// weights"), and the products over them against plain loops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +44,9 @@ Matrix<double> reference_dequantised(const Matrix<float>& w, WeightType type) {
       for (Index c = c0; c < c1; ++c)
         if (std::abs(w(r, c)) > amax) amax = std::abs(w(r, c)), extreme = w(r, c);
       for (Index c = c0; c < c1; ++c) {
-        if (type == WeightType::kBF16) {
+        if (type == WeightType::kF16) {
+          out(r, c) = to_half_and_back(w(r, c));
+        } else if (type == WeightType::kBF16) {
           out(r, c) = retnet::bf16_to_float(retnet::float_to_bf16(w(r, c)));
         } else if (type == WeightType::kQ8) {
           const float s = to_half_and_back(amax / 127);
@@ -60,7 +62,8 @@ Matrix<double> reference_dequantised(const Matrix<float>& w, WeightType type) {
   return out;
 }
 
-constexpr WeightType kTypes[] = {WeightType::kBF16, WeightType::kQ8, WeightType::kQ4};
+constexpr WeightType kTypes[] = {WeightType::kF16, WeightType::kBF16, WeightType::kQ8,
+                                 WeightType::kQ4};
 
 TEST(WeightTypes, DecodedValuesFollowTheDefinition) {
   std::mt19937 rng(1);
@@ -92,9 +95,12 @@ TEST(WeightTypes, ErrorsAreWithinHalfAStep) {
           const double err = std::abs(double(got(r, c)) - w(r, c));
           // Half a step, plus binary16's rounding of the scale times the code; q4's one
           // unreachable level (+8 steps) costs up to a whole step at the top of the range.
-          const double bound = type == WeightType::kBF16 ? std::abs(w(r, c)) * 0x1p-8
-                               : type == WeightType::kQ8 ? amax / 254 + amax * 0x1p-10
-                                                         : amax / 8 + amax * 0x1p-9;
+          // f16: half of 2^-10 of the value, or of binary16's subnormal step 2^-24.
+          const double bound = type == WeightType::kF16
+                                   ? std::max(std::abs(w(r, c)) * 0x1p-11, 0x1p-25)
+                               : type == WeightType::kBF16 ? std::abs(w(r, c)) * 0x1p-8
+                               : type == WeightType::kQ8   ? amax / 254 + amax * 0x1p-10
+                                                           : amax / 8 + amax * 0x1p-9;
           ASSERT_LE(err, bound) << retnet::weight_type_name(type) << " at " << r << "," << c;
         }
       }
@@ -164,8 +170,8 @@ TEST(WeightTypes, ProductsFollowTheDefinition) {
         retnet::linear(x, packed, y);
         const std::string what = std::string(retnet::weight_type_name(type)) + ", " +
                                  std::to_string(rows) + " x " + std::to_string(cols);
-        // Against the unrounded x: bf16 to float rounding; q8/q4 also to rounding x, which moves
-        // each product by at most |w| times half of x's step.
+        // Against the unrounded x: f16 and bf16 to float rounding; q8/q4 also to rounding x, which
+        // moves each product by at most |w| times half of x's step.
         const Matrix<double> want = x.cast<double>() * decoded.transpose();
         for (Index i = 0; i < rows; ++i)
           for (Index r = 0; r < w.rows(); ++r) {
@@ -245,6 +251,7 @@ TEST(WeightTypes, HoldTheirStoredBytesOnly) {
   // 96 rows = 2 panels; 64 columns = 2 blocks.
   const Matrix<float> w = Matrix<float>::Ones(96, 64);
   EXPECT_EQ(LinearWeight<float>(w).stored_bytes(), 96u * 64 * 4);
+  EXPECT_EQ(LinearWeight<float>(w, WeightType::kF16).stored_bytes(), 96u * 64 * 2);
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kBF16).stored_bytes(), 96u * 64 * 2);
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ8).stored_bytes(), 2u * 2 * (32 * 48 + 2 * 48));
   EXPECT_EQ(LinearWeight<float>(w, WeightType::kQ4).stored_bytes(), 2u * 2 * (16 * 48 + 2 * 48));
@@ -327,10 +334,10 @@ TEST(QuantisedModels, LogitsStayCloseToTheFixtures) {
   // the arithmetic (WeightTypes.ProductsFollowTheDefinition each q8/q4 product's).
   struct Case {
     const char* fixture;
-    double bound[3];  // bf16, q8, q4
+    double bound[4];  // f16, bf16, q8, q4
   };
-  for (const Case& c :
-       {Case{"torchscale-tiny", {0.015, 0.06, 0.75}}, Case{"fla-tiny", {0.04, 0.09, 1.2}}}) {
+  for (const Case& c : {Case{"torchscale-tiny", {0.0015, 0.015, 0.06, 0.75}},
+                        Case{"fla-tiny", {0.002, 0.04, 0.09, 1.2}}}) {
     const std::string dir = kData + "/" + c.fixture;
     const auto a = retnet::load_npy(dir + "/logits.npy");
     const auto v = a.as<double>();
@@ -341,7 +348,7 @@ TEST(QuantisedModels, LogitsStayCloseToTheFixtures) {
     const double f32_error = retnet::testing::relative_error(f32.forward(tokens, Form::kParallel),
                                                              expected.cast<float>());
     EXPECT_LE(f32_error, 1e-5);
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       const auto model = retnet::load_model<float>(dir, LoadOptions{kTypes[i]});
       const double error = retnet::testing::relative_error(model.forward(tokens, Form::kParallel),
                                                            expected.cast<float>());
@@ -354,9 +361,9 @@ TEST(QuantisedModels, LogitsStayCloseToTheFixtures) {
 }
 
 TEST(QuantisedModels, AreTheF32ModelOfTheirDecodedWeights) {
-  // A bf16/q8/q4 model computes what the f32 model computes with each linear map replaced by the
-  // definition's decoded values (reference_dequantised, written above from the format alone):
-  // to float rounding for bf16; q8/q4 products also round their x to int8 per block of 32
+  // An f16/bf16/q8/q4 model computes what the f32 model computes with each linear map replaced by
+  // the definition's decoded values (reference_dequantised, written above from the format alone):
+  // to float rounding for f16 and bf16; q8/q4 products also round their x to int8 per block of 32
   // (ProductsFollowTheDefinition checks that exactly), which moves these random models' logits
   // by 1.8-2.9 % (measured), so their bound only catches a model that uses other weights.
   for (const char* fixture : {"torchscale-tiny", "fla-tiny"}) {
@@ -372,7 +379,7 @@ TEST(QuantisedModels, AreTheF32ModelOfTheirDecodedWeights) {
       });
       const RetNetModel<float> reference(f32.config(), std::move(decoded));
       const auto model = retnet::load_model<float>(dir, LoadOptions{type});
-      const double bound = type == WeightType::kBF16 ? 1e-5 : 0.06;
+      const double bound = retnet::is_16_bit_float(type) ? 1e-5 : 0.06;
       for (Form form : {Form::kParallel, Form::kRecurrent}) {
         const double error = retnet::testing::relative_error(model.forward(tokens, form),
                                                              reference.forward(tokens, form));

@@ -439,8 +439,9 @@ inline void declare_threads(FlagTable& f, std::optional<int>& threads) {
 /// --weights: the type of the linear maps (ops/weight_type.hpp), on every command that loads a
 /// model; unset keeps the checkpoint's own.
 inline void declare_weights(FlagTable& f, std::optional<WeightType>& weights) {
-  f.optional(weights, "--weights", "T",
-             "weight type: f32 | bf16 | q8 | q4 (default: the checkpoint's own, f32 if another)");
+  f.optional(
+      weights, "--weights", "T",
+      "weight type: f32 | f16 | bf16 | q8 | q4 (default: the checkpoint's own, f32 if another)");
 }
 
 }  // namespace retnet::tools

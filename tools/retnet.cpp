@@ -72,7 +72,7 @@ const Command kCommands[] = {
     {"detokenize", "retnet detokenize -m DIR --ids 1,2,3",
      "Writes the text of token ids to stdout, byte for byte (special tokens skipped).",
      run<DetokenizeFlags, detokenize>},
-    {"convert", "retnet convert -m DIR -o OUT --weights bf16|q8|q4|f32",
+    {"convert", "retnet convert -m DIR -o OUT --weights f16|bf16|q8|q4|f32",
      "Writes a copy of a model folder with its weights in another type (loads without "
      "converting again).",
      run<ConvertFlags, convert>},

@@ -25,7 +25,7 @@ struct ConvertFlags {
   void declare(FlagTable& f) {
     declare_model(f, model);
     f.required(out, "-o", "DIR", "output folder (created; must not hold a model already)");
-    f.required(weights, "--weights", "T", "weight type to write: bf16 | q8 | q4 | f32");
+    f.required(weights, "--weights", "T", "weight type to write: f16 | bf16 | q8 | q4 | f32");
     tools::declare_threads(f, threads);
   }
 };

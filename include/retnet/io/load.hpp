@@ -84,8 +84,9 @@ struct LoadOptions {
       : weights(weights_), progress(std::move(progress_)) {}
 
   /// The type of every linear map and of the embedding (ops/weight_type.hpp). Unset keeps the
-  /// checkpoint's own where the model's scalar supports it: a converted folder's q8 or q4, bf16
-  /// when every linear map is stored as BF16, f32 otherwise (and always f32 for a double model).
+  /// checkpoint's own where the model's scalar supports it: a converted folder's q8 or q4, f16 or
+  /// bf16 when every linear map is stored as F16 or as BF16 (their values kept as they are), f32
+  /// otherwise (and always f32 for a double model).
   std::optional<WeightType> weights;
   /// Called once before the first tensor is read (bytes_done 0) and once after each tensor, so
   /// that its last call has bytes_done == bytes_total; unset for none.
@@ -157,17 +158,19 @@ inline int64_t parameter_count(const ModelConfig& config) {
 }
 
 /// The type the checkpoint stores its linear maps in: the config's q8/q4 for a converted
-/// folder, bf16 when every linear map is a BF16 tensor, f32 otherwise.
+/// folder, f16 (bf16) when every linear map is an F16 (BF16) tensor, f32 otherwise.
 template <typename Scalar>
 WeightType stored_weight_type(const ModelConfig& config, const CheckpointReader& reader) {
   if (is_block_quantised(config.weights)) return config.weights;
-  bool all_bf16 = true;
+  bool all_f16 = true, all_bf16 = true;
   detail::visit_shapes<Scalar>(
       config, std::min<int64_t>(config.layers, 1),
       [&](const std::string& name, const std::vector<int64_t>&, bool linear) {
-        if (linear && reader.has(name)) all_bf16 &= reader.dtype(name) == DType::BF16;
+        if (!linear || !reader.has(name)) return;
+        all_f16 &= reader.dtype(name) == DType::F16;
+        all_bf16 &= reader.dtype(name) == DType::BF16;
       });
-  return all_bf16 ? WeightType::kBF16 : WeightType::kF32;
+  return all_f16 ? WeightType::kF16 : all_bf16 ? WeightType::kBF16 : WeightType::kF32;
 }
 
 /// Checks, from the headers alone, that `reader` holds every tensor `config` asks for with the
@@ -245,7 +248,7 @@ ModelWeights<Scalar> load_weights(CheckpointReader& reader, ModelConfig& config,
       !std::is_same_v<Scalar, float> ? WeightType::kF32 : options.weights.value_or(stored);
   if (!std::is_same_v<Scalar, float> && options.weights && *options.weights != WeightType::kF32)
     throw InvalidArgument(std::string("weights ") + weight_type_name(*options.weights) +
-                          ": only float models hold bf16, q8 or q4 weights");
+                          ": only float models hold f16, bf16, q8 or q4 weights");
   // Tied checkpoints usually omit the output projection; if one is stored anyway, use it (and
   // keep the embedding apart).
   const bool stored_output = config.tie_embeddings && reader.has("output_projection.weight");

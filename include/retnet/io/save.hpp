@@ -1,7 +1,8 @@
 // Writing a model folder that load_model() reads back: config.json and model.safetensors with
 // the checkpoint names of the config's family (docs/NUMERICS.md#tensor-names, docs/FORMATS.md).
-// Linear maps are written in their own type: f32 as `dtype`, bf16 as BF16, q8 and q4 as codes
-// and scales (docs/FORMATS.md, "Quantised weights"), so a converted folder loads as it was saved.
+// Linear maps are written in their own type: f32 as `dtype`, f16 as F16, bf16 as BF16, q8 and q4
+// as codes and scales (docs/FORMATS.md, "Quantised weights"), so a converted folder loads as it
+// was saved.
 #pragma once
 
 #include <string>
@@ -52,8 +53,10 @@ void save_model(const std::string& dir, ModelConfig config, const ModelWeights<S
         for (Index c = 0; c < t.cols(); ++c) v[r * t.cols() + c] = static_cast<float>(row[c]);
       }
       values.push_back(std::move(v));
-      tensors.push_back({stored_name(name), t.type() == WeightType::kBF16 ? DType::BF16 : dtype,
-                         shape, nullptr, nullptr});
+      const DType stored = t.type() == WeightType::kF16    ? DType::F16
+                           : t.type() == WeightType::kBF16 ? DType::BF16
+                                                           : dtype;
+      tensors.push_back({stored_name(name), stored, shape, nullptr, nullptr});
     } else {
       std::vector<float> v(static_cast<size_t>(t.size()));
       for (Index i = 0; i < t.size(); ++i) v[i] = static_cast<float>(t.data()[i]);

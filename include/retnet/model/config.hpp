@@ -43,7 +43,7 @@ struct ModelConfig {
                                      // up_proj); not a config key, read from the tensor names
   int64_t chunk_size = 64;           // recurrent_chunk_size: default chunk of the chunkwise form
   WeightType weights = WeightType::kF32;  // the linear maps' type: quantization_config (q8, q4)
-                                          // in a converted folder; bf16 from the tensors' dtype
+                                          // in a converted folder; f16/bf16: the tensors' dtype
 
   int64_t key_dim() const { return key_embed_dim > 0 ? key_embed_dim : embed_dim; }
   int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -140,7 +140,7 @@ struct ModelConfig {
     for (const auto& [key, value] : flags)
       if (key) j[key] = value;
     j["recurrent_chunk_size"] = chunk_size;
-    if (is_block_quantised(weights))  // bf16 needs no key: the tensors' dtype says it
+    if (is_block_quantised(weights))  // f16, bf16 need no key: the tensors' dtype says it
       j["quantization_config"] = {{"quant_method", "retnet"},
                                   {"weights", weight_type_name(weights)},
                                   {"block_size", kQuantBlock}};

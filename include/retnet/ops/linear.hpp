@@ -2,11 +2,11 @@
 // stored in panels so that one kernel serves a decode step (1-16 rows of x, bound by reading W)
 // and a prompt (thousands of rows, bound by multiply-adds). This header is the entry point; the
 // parts, format first, then how each CPU multiplies it:
-//   ops/weight_type.hpp    the weight types (f32, bf16, q8, q4) and their names
+//   ops/weight_type.hpp    the weight types (f32, f16, bf16, q8, q4) and their names
 //   ops/quantize.hpp       q8/q4 blocks: the stored form, quantisation, x rounded to int8
 //   ops/panel_format.hpp   the bytes of a panel, per weight type
 //   ops/linear_weight.hpp  LinearWeight: W in panels
-//   ops/panel_kernel.hpp   the float kernel (f32 panels, decoded bf16 with ops/bf16_decode.hpp)
+//   ops/panel_kernel.hpp   the float kernel (f32 panels, decoded f16/bf16: ops/float16_decode.hpp)
 //   ops/int8_product.hpp   the q8/q4 kernels, on each CPU's int8 dot products (ops/int8_dots.hpp)
 //   ops/prefetch.hpp       how far ahead, and into which cache, a kernel asks for W's bytes
 //   ops/panel_product.hpp  a product cut into slices for the caches and shares for the threads

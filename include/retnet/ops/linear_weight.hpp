@@ -5,14 +5,16 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/float_formats.hpp"
 #include "retnet/core/tensor.hpp"
-#include "retnet/ops/bf16_decode.hpp"
+#include "retnet/ops/float16_decode.hpp"
 #include "retnet/ops/panel_format.hpp"
 #include "retnet/ops/quantize.hpp"
 #include "retnet/ops/weight_type.hpp"
@@ -27,9 +29,9 @@ namespace retnet {
 /// horizontal sums, where PyTorch's row-major layout needs a sum across SIMD lanes per output
 /// (benchmarks/bench_kernels.cpp compares the two: BM_DecodeProduct).
 ///
-/// The values are of one WeightType (ops/weight_type.hpp): Scalar itself (kF32), bf16 panels
-/// that the products decode as they read them, or q8/q4 panels of int8 codes that the products
-/// multiply by x rounded to int8 (Int8Rows, ops/quantize.hpp), block of 32 by block.
+/// The values are of one WeightType (ops/weight_type.hpp): Scalar itself (kF32), f16 or bf16
+/// panels that the products decode as they read them, or q8/q4 panels of int8 codes that the
+/// products multiply by x rounded to int8 (Int8Rows, ops/quantize.hpp), block of 32 by block.
 template <typename Scalar>
 class LinearWeight {
  public:
@@ -55,7 +57,7 @@ class LinearWeight {
   void resize(Index rows, Index cols, WeightType type = WeightType::kF32) {
     RETNET_REQUIRE(rows >= 0 && cols >= 0, "LinearWeight: negative shape");
     RETNET_REQUIRE((type == WeightType::kF32 || std::is_same_v<Scalar, float>),
-                   "LinearWeight: bf16, q8 and q4 weights are for float models");
+                   "LinearWeight: f16, bf16, q8 and q4 weights are for float models");
     type_ = type;
     rows_ = rows;
     cols_ = cols;
@@ -79,11 +81,8 @@ class LinearWeight {
       if (type == WeightType::kF32) {
         MatrixMap<Scalar>(reinterpret_cast<Scalar*>(panel), cols, kPanelRows) =
             panel_rows.transpose();
-      } else if (type == WeightType::kBF16) {
-        auto* out = reinterpret_cast<uint16_t*>(panel);
-        for (Index q = 0; q < cols; ++q)
-          for (Index r = 0; r < kPanelRows; ++r)
-            out[q * kPanelRows + r] = float_to_bf16(static_cast<float>(panel_rows(r, q)));
+      } else if (is_16_bit_float(type)) {
+        encode_16_bit_panel(type, panel_rows, reinterpret_cast<uint16_t*>(panel));
       } else if constexpr (std::is_same_v<Scalar, float>) {  // q8/q4 (float models only)
         quantize_rows(type, panel_rows.data(), n, cols, codes);
         detail::pack_panel(codes, panel);
@@ -134,17 +133,23 @@ class LinearWeight {
   /// zero rows that pad the last panel.
   size_t stored_bytes() const { return static_cast<size_t>(rows_ * (panel_bytes_ / kPanelRows)); }
 
-  /// Panel p as stored (bf16 values, or q8/q4 blocks of codes and scales: ops/panel_format.hpp).
+  /// Panel p as stored (f16 or bf16 values, or q8/q4 blocks of codes and scales:
+  /// ops/panel_format.hpp).
   const uint8_t* packed_panel(Index p) const { return bytes_.data() + p * panel_bytes_; }
 
-  /// Panel p's rows [q0, q0 + depth) as Scalars, [depth][kPanelRows], of an f32 or bf16 weight:
-  /// the panel itself for kF32, else decoded into `scratch` (room for depth·kPanelRows values).
+  /// Panel p's rows [q0, q0 + depth) as Scalars, [depth][kPanelRows], of an f32, f16 or bf16
+  /// weight: the panel itself for kF32, else decoded into `scratch` (room for depth·kPanelRows
+  /// values).
   const Scalar* tile(Index p, Index q0, Index depth, Scalar* scratch) const {
     const uint8_t* panel = bytes_.data() + p * panel_bytes_;
     if (type_ == WeightType::kF32) return reinterpret_cast<const Scalar*>(panel) + q0 * kPanelRows;
-    RETNET_REQUIRE(type_ == WeightType::kBF16, "LinearWeight::tile: f32 or bf16 weights only");
-    if constexpr (std::is_same_v<Scalar, float>)
-      detail::unpack_bf16_tile(panel, q0, depth, scratch);
+    RETNET_REQUIRE(is_16_bit_float(type_), "LinearWeight::tile: f32, f16 or bf16 weights only");
+    if constexpr (std::is_same_v<Scalar, float>) {
+      if (type_ == WeightType::kF16)
+        detail::unpack_float16_tile<WeightType::kF16>(panel, q0, depth, scratch);
+      else
+        detail::unpack_float16_tile<WeightType::kBF16>(panel, q0, depth, scratch);
+    }
     return scratch;
   }
 
@@ -178,6 +183,8 @@ class LinearWeight {
     switch (type_) {
       case WeightType::kF32:
         return reinterpret_cast<const Scalar*>(panel)[q * kPanelRows + pr];
+      case WeightType::kF16:
+        return half_to_float(reinterpret_cast<const uint16_t*>(panel)[q * kPanelRows + pr]);
       case WeightType::kBF16:
         return bf16_to_float(reinterpret_cast<const uint16_t*>(panel)[q * kPanelRows + pr]);
       default: {
@@ -186,6 +193,25 @@ class LinearWeight {
         return half_to_float(Format::scales(type_, block)[pr]) * Scalar(code);  // exact
       }
     }
+  }
+
+  /// out[q·kPanelRows + r] = rows(r, q) as f16 or bf16, rounded to nearest even (a value of the
+  /// type is kept as it is). InvalidArgument for a finite value beyond f16's range (65504), which
+  /// would become infinite.
+  static void encode_16_bit_panel(WeightType type, const Matrix<Scalar>& rows, uint16_t* out) {
+    const auto encode_all = [&](auto encode) {  // one loop per type, the conversion inlined
+      for (Index q = 0; q < rows.cols(); ++q)
+        for (Index r = 0; r < kPanelRows; ++r)
+          out[q * kPanelRows + r] = encode(static_cast<float>(rows(r, q)));
+    };
+    if (type == WeightType::kBF16) return encode_all([](float v) { return float_to_bf16(v); });
+    encode_all([](float v) {
+      const uint16_t h = float_to_half(v);
+      if ((h & 0x7fffu) == 0x7c00u && std::isfinite(v))
+        throw InvalidArgument("f16: a weight of " + std::to_string(v) +
+                              " is beyond binary16's range (largest 65504)");
+      return h;
+    });
   }
 
   WeightType type_ = WeightType::kF32;

@@ -1,7 +1,7 @@
 // The panels a LinearWeight stores W in, per weight type: W [rows, cols] cut into panels of
 // PanelFormat::kWidth (48) consecutive rows, each panel holding its rows transposed, so that a
 // product reads one panel front to back (ops/linear_weight.hpp says why).
-//  - f32 and bf16: [cols][48] values, element (q, r) = W[48·p + r, q];
+//  - f32, f16 and bf16: [cols][48] values, element (q, r) = W[48·p + r, q];
 //  - q8 and q4: per block of kQuantBlock (32) columns, the block's codes in the order an int8
 //    dot-product instruction reads them, then its 48 binary16 scales: each 32-bit word holds 4
 //    consecutive columns of one row, words run over the 48 rows, then over the next 4 columns.
@@ -36,6 +36,7 @@ struct PanelFormat {
     switch (type) {
       case WeightType::kF32:
         return cols * kWidth * scalar_bytes;
+      case WeightType::kF16:
       case WeightType::kBF16:
         return cols * kWidth * 2;
       default:

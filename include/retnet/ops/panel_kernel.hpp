@@ -1,6 +1,6 @@
 // The float panel kernel: rows of x times one panel of W (ops/panel_format.hpp), in SIMD
-// registers through Eigen's packets. It reads f32 panels as stored, bf16 panels through
-// ops/bf16_decode.hpp, and, on a CPU without int8 dot products, q8/q4 blocks decoded to floats
+// registers through Eigen's packets. It reads f32 panels as stored, f16 and bf16 panels through
+// ops/float16_decode.hpp, and, on a CPU without int8 dot products, q8/q4 blocks decoded to floats
 // (ops/int8_product.hpp).
 #pragma once
 

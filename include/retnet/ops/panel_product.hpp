@@ -8,7 +8,7 @@
 
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
-#include "retnet/ops/bf16_decode.hpp"
+#include "retnet/ops/float16_decode.hpp"
 #include "retnet/ops/int8_dots.hpp"
 #include "retnet/ops/int8_product.hpp"
 #include "retnet/ops/linear_weight.hpp"
@@ -35,7 +35,7 @@ void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const Linea
   using Kernel = PanelKernel<Scalar>;
   constexpr Index kWidth = Kernel::kWidth, kDepth = 128, kRowBlock = 256;
   const Index m = x.rows(), k = x.cols(), n = w.rows();
-  alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of a bf16 panel
+  alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of an f16 or bf16 panel
   const bool few_rows = m <= 2 * Kernel::kRows;
   const auto slice = [&](Index p, Index q0, Index i0, Index rows) {
     const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0), cols = std::min(kWidth, n - c0);
@@ -52,13 +52,15 @@ void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const Linea
                                                     depth, yp + i * ys, ys, cols, q0 > 0);
       });
     };
-    // One row of x reads a bf16 panel decoding each row in registers, in one pass with the loads
-    // from memory; more rows decode a tile once for all their blocks (with the decoding in the
-    // loop, GCC 12 keeps a block's accumulators on the stack). Both decode the same values, so
+    // One row of x reads an f16 or bf16 panel decoding each row in registers, in one pass with the
+    // loads from memory; more rows decode a tile once for all their blocks (with the decoding in
+    // the loop, GCC 12 keeps a block's accumulators on the stack). Both decode the same values, so
     // the results agree bit for bit.
     if constexpr (std::is_same_v<Scalar, float>) {
       if (m == 1 && w.type() == WeightType::kBF16)
-        return multiply(detail::Bf16Rows{w.packed_panel(p), q0});
+        return multiply(Float16Rows<WeightType::kBF16>{w.packed_panel(p), q0});
+      if (m == 1 && w.type() == WeightType::kF16)
+        return multiply(Float16Rows<WeightType::kF16>{w.packed_panel(p), q0});
     }
     const Scalar* tile = w.tile(p, q0, depth, scratch);
     if (few_rows && w.type() == WeightType::kF32)
