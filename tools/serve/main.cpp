@@ -1,8 +1,8 @@
 // `retnet serve` (the executable retnet-serve, which `retnet serve` runs): an OpenAI-compatible
 // HTTP/1.1 server over one const model, with continuous batching (serve/engine.hpp) and sessions
-// whose whole history is one fixed-size state (serve/sessions.hpp). This file reads the command
-// line into ServeOptions (read_options, the only code that reads flags), loads the model and
-// starts the parts; serve/server.hpp holds the routes. docs/SERVER.md describes the API, the
+// whose whole history is one fixed-size state (serve/session_store.hpp). This file reads the
+// command line into ServeOptions (read_options, the only code that reads flags), loads the model
+// and starts the parts; serve/server.hpp holds the routes. docs/SERVER.md describes the API, the
 // limits and how batching works.
 #include <cerrno>
 #include <cstdio>
@@ -20,8 +20,8 @@
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
+#include "serve/local_session_store.hpp"
 #include "serve/server.hpp"
-#include "serve/sessions.hpp"
 #include "serve/shutdown.hpp"
 
 namespace {
@@ -260,15 +260,14 @@ std::unique_ptr<retnet::Tokenizer> load_tokenizer(const ServeOptions& o, const M
 }
 
 void print_start(const ServeOptions& o, const Model& model, const std::string& model_id, int port,
-                 bool persistent) {
+                 const SessionStore& sessions) {
   std::fprintf(stderr,
                "retnet serve: model %s (%s of weights, %.2f MB state per sequence), max batch "
                "%ld, %d compute threads, sessions %s\n",
                model_id.c_str(),
                (std::to_string(model.weights().size_bytes(model.config()) >> 20) + " MiB").c_str(),
                model.new_state(1).size_bytes() / 1e6, long(o.engine.max_batch),
-               o.threads > 0 ? o.threads : retnet::num_threads(),
-               persistent ? ("in memory and " + o.sessions_dir).c_str() : "in memory only");
+               o.threads > 0 ? o.threads : retnet::num_threads(), sessions.describe().c_str());
   std::fprintf(stderr, "retnet serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
 }
@@ -278,7 +277,7 @@ int run(const ServeOptions& o) {
   ServerOptions server_options;
   const auto model = load_model(o, server_options.model_id);
   const auto tokenizer = load_tokenizer(o, *model);
-  SessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir, o.sessions_quota);
+  LocalSessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir, o.sessions_quota);
 
   StopSignals signals;  // before the threads of the engine and of HTTP, which inherit its mask
   Engine engine(*model, *tokenizer, o.engine);
@@ -303,7 +302,7 @@ int run(const ServeOptions& o) {
                  "retnet serve: warning: --host %s is not loopback and no API key is set: anyone "
                  "who can reach it can use the model (set --api-key-file)\n",
                  o.host.c_str());
-  print_start(o, *model, server_options.model_id, port, sessions.persistent());
+  print_start(o, *model, server_options.model_id, port, sessions);
   const bool ok = http.listen();
   signals.finish();
   engine.stop();

@@ -9,7 +9,7 @@
 #include "serve/api.hpp"
 #include "serve/context.hpp"
 #include "serve/http.hpp"
-#include "serve/sessions.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
 
