@@ -76,18 +76,21 @@ struct RedisAddress {
 using RedisReply = std::unique_ptr<redisReply, void (*)(void*)>;
 
 /// Reads a reply's string (bulk or status) as bytes.
-inline std::string reply_string(const redisReply& r) { return std::string(r.str, r.len); }
+inline std::string reply_string(const redisReply& r) {
+  return std::string(r.str, r.len);
+}
+
+/// How long a connection to Redis may take to open, and a command to be answered.
+struct RedisTimeouts {
+  std::chrono::milliseconds connect{1000};
+  std::chrono::milliseconds command{10000};  // a 1.3B model's state is ~100 MB
+};
 
 /// A pool of connections to one Redis server. Thread-safe: each command takes a connection of
 /// its own for its duration.
 class RedisClient {
  public:
-  struct Timeouts {
-    std::chrono::milliseconds connect{1000};
-    std::chrono::milliseconds command{10000};  // a 1.3B model's state is ~100 MB
-  };
-
-  explicit RedisClient(RedisAddress address, Timeouts timeouts = {})
+  explicit RedisClient(RedisAddress address, RedisTimeouts timeouts = RedisTimeouts())
       : address_(std::move(address)), timeouts_(timeouts) {}
 
   const RedisAddress& address() const { return address_; }
@@ -103,8 +106,8 @@ class RedisClient {
       argv.push_back(a.data());
       lengths.push_back(a.size());
     }
-    void* raw = redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(),
-                                 lengths.data());
+    void* raw =
+        redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lengths.data());
     if (raw == nullptr) throw RedisUnavailable(lost(c.get()));
     RedisReply reply(static_cast<redisReply*>(raw), freeReplyObject);
     give_back(std::move(c));
@@ -134,7 +137,8 @@ class RedisClient {
   }
 
   static timeval to_timeval(std::chrono::milliseconds ms) {
-    return {static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
+    return {static_cast<time_t>(ms.count() / 1000),
+            static_cast<suseconds_t>(ms.count() % 1000 * 1000)};
   }
 
   Connection connect() {
@@ -165,7 +169,7 @@ class RedisClient {
 
   static constexpr size_t kMostIdle = 16;
   const RedisAddress address_;
-  const Timeouts timeouts_;
+  const RedisTimeouts timeouts_;
   std::mutex mutex_;
   std::vector<Connection> idle_;
 };

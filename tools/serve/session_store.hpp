@@ -33,10 +33,12 @@ class SessionRefused : public Error {
   enum class Why {
     kTooMany,    // --sessions-max sessions exist, or the memory of a store without a folder is full
     kDiskQuota,  // the session files would take more than --sessions-disk
-    kFolderFull,  // the file system refused the bytes (ENOSPC, EDQUOT, EFBIG)
-    kNotSaved,    // any other write failure (a read-only folder, ...)
-    kDamaged,     // the session's file is not a whole session of this model
-    kUnreadable,  // the session's file cannot be opened
+    kFolderFull,   // the file system refused the bytes (ENOSPC, EDQUOT, EFBIG)
+    kNotSaved,     // any other write failure (a read-only folder, ...)
+    kDamaged,      // the session's file is not a whole session of this model
+    kUnreadable,   // the session's file cannot be opened
+    kConflict,     // another request or replica changed the session, or the lease expired
+    kUnavailable,  // the store (Redis) cannot be reached
   };
   SessionRefused(Why why, const std::string& message) : Error(message), why_(why) {}
   Why why() const { return why_; }
