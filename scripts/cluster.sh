@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STATE=${RETNET_CLUSTER_DIR:-build/cluster}
 RETNET=${RETNET:-build/tools/retnet}
 
-die() { echo "cluster.sh: $*" >&2; exit 1; }
+die() { echo "cluster.sh: $*" >&2; [ "${STARTING:-0}" = 1 ] && down >/dev/null; exit 1; }
 usage() { sed -n '5,7p' "$0" | sed 's/^#  *//' >&2; exit 2; }
 
 need() {  # need PROGRAM WHAT-TO-INSTALL
@@ -22,10 +22,11 @@ need() {  # need PROGRAM WHAT-TO-INSTALL
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-wait_for_http() {  # wait_for_http URL SECONDS
+wait_for_http() {  # wait_for_http URL SECONDS PID_FILE: until URL answers 200 or the process ends
   local deadline=$((SECONDS + $2))
   while [ $SECONDS -lt $deadline ]; do
     curl -sf -o /dev/null --max-time 2 "$1" && return 0
+    alive "$3" || return 1
     sleep 0.2
   done
   return 1
@@ -54,9 +55,12 @@ up() {
   [ -f "$STATE/haproxy.pid" ] && alive "$STATE/haproxy.pid" &&
     die "a cluster is already up ($STATE); run: scripts/cluster.sh down"
   mkdir -p "$STATE/redis"
+  STATE=$(cd "$STATE" && pwd)
+  # A failure on the way up stops what was started.
+  STARTING=1
 
   local redis_port=$((port + 100))
-  redis-server deploy/redis.conf --port "$redis_port" --dir "$PWD/$STATE/redis" \
+  redis-server deploy/redis.conf --port "$redis_port" --dir "$STATE/redis" \
     >"$STATE/redis.log" 2>&1 &
   echo $! >"$STATE/redis.pid"
   local i
@@ -75,7 +79,7 @@ up() {
     servers+="    server replica$r 127.0.0.1:$((port + r))\n"
   done
   for r in $(seq "$n"); do
-    wait_for_http "http://127.0.0.1:$((port + r))/health" 60 ||
+    wait_for_http "http://127.0.0.1:$((port + r))/health" 60 "$STATE/replica$r.pid" ||
       die "replica $r did not answer /health (see $STATE/replica$r.log)"
   done
 
@@ -83,8 +87,9 @@ up() {
   haproxy -c -q -f "$STATE/haproxy.cfg" || die "haproxy refused $STATE/haproxy.cfg"
   haproxy -f "$STATE/haproxy.cfg" >"$STATE/haproxy.log" 2>&1 &
   echo $! >"$STATE/haproxy.pid"
-  wait_for_http "http://127.0.0.1:$port/health" 30 ||
+  wait_for_http "http://127.0.0.1:$port/health" 30 "$STATE/haproxy.pid" ||
     die "HAProxy did not answer /health on port $port (see $STATE/haproxy.log)"
+  STARTING=0
   echo "cluster up: http://127.0.0.1:$port ($n replicas, Redis on 127.0.0.1:$redis_port, state in $STATE)"
 }
 
