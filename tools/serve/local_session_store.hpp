@@ -38,8 +38,9 @@ class LocalSessionStore : public SessionStore {
   /// `dir` empty: memory only. Throws Error when the folder cannot be made, or when a store
   /// without one could not hold a single session in `memory_budget`.
   LocalSessionStore(const RetNetModel<float>& model, size_t memory_budget, std::string dir,
-                    SessionQuota quota = {})
+                    SessionQuota quota = {}, StatePrecision precision = StatePrecision::kNative)
       : model_(model),
+        precision_(precision),
         budget_(memory_budget),
         dir_(std::move(dir)),
         quota_(quota),
@@ -129,6 +130,7 @@ class LocalSessionStore : public SessionStore {
   /// first, and only once it is in place does the session in memory change: when the write
   /// fails (SessionRefused) the session stays as it was, in memory and on disk.
   void commit(const std::string& id, Session s) override {
+    s = at_precision(std::move(s), precision_);
     if (persistent()) try {
         save(id, s, "not saved");  // outside the lock: the session is busy, so ours
       } catch (...) {
@@ -260,7 +262,7 @@ class LocalSessionStore : public SessionStore {
     const std::string what = "session '" + id + "' " + failed + ": ";
     try {
       SessionFileWriter writer(file(id));
-      writer.write(s, model_);
+      writer.write(s, model_, precision_);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         const auto old = files_.find(id);
@@ -342,6 +344,7 @@ class LocalSessionStore : public SessionStore {
   }
 
   const RetNetModel<float>& model_;
+  const StatePrecision precision_;  // of the session files
   const size_t budget_;
   const std::string dir_;
   const SessionQuota quota_;

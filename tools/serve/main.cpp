@@ -5,6 +5,7 @@
 // and starts the parts; serve/server.hpp holds the routes. docs/SERVER.md describes the API, the
 // limits and how batching works.
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
 #include "serve/local_session_store.hpp"
+#include "serve/redis_session_store.hpp"
 #include "serve/server.hpp"
 #include "serve/shutdown.hpp"
 
@@ -38,10 +40,13 @@ struct ServeOptions {
   std::string host;
   int port = 0;  // 0: any free port
   std::string api_key;
-  std::vector<std::string> cors_origins;  // --cors
-  std::string sessions_dir;               // empty: sessions in memory only
+  std::vector<std::string> cors_origins;       // --cors
+  std::string sessions_dir;                    // empty: sessions in memory only
+  std::optional<RedisAddress> sessions_redis;  // --sessions redis://...: shared by replicas
   size_t sessions_memory_bytes = 0;
   SessionQuota sessions_quota;  // --sessions-max, --sessions-disk
+  RedisStoreOptions redis;      // --session-ttl, --session-lease
+  retnet::StatePrecision session_precision = retnet::StatePrecision::kNative;
   int64_t max_tokens = 0;
   EngineOptions engine;
   http::ServerOptions http;
@@ -67,6 +72,9 @@ struct ServeFlags {
   bool reuse_port = false;
   int64_t sessions_max = 0;
   std::optional<int64_t> sessions_disk;
+  std::optional<std::string> sessions_url;
+  int64_t session_ttl = 0, session_lease = 0;
+  retnet::StatePrecision session_precision = retnet::StatePrecision::kNative;
   std::optional<int> threads;
   std::optional<retnet::WeightType> weights;
 
@@ -97,6 +105,19 @@ struct ServeFlags {
     f.optional(sessions_disk, "--sessions-disk", "MB", Range<int64_t>{1, 1 << 24},
                "bytes of session files in --sessions-dir; a larger save is refused (507) "
                "(default 2048)");
+    f.optional(sessions_url, "--sessions", "redis://HOST:PORT[/DB]",
+               "keep sessions in Redis, shared by every replica given the same address (not with "
+               "--sessions-dir; --sessions-memory is then a cache)");
+    f.value(session_ttl, "--session-ttl", "S", 0, Range<int64_t>{0, int64_t(1) << 31},
+            "with --sessions: a session unused for S seconds expires (0: never)");
+    f.value(session_lease, "--session-lease", "S", 10, Range<int64_t>{1, 3600},
+            "with --sessions: a request's hold on its session, renewed while it runs; a "
+            "replica that dies lets go after S seconds");
+    f.choice(
+        session_precision, "--session-precision", "P", retnet::StatePrecision::kNative,
+        {{"f32", retnet::StatePrecision::kNative}, {"bf16", retnet::StatePrecision::kBFloat16}},
+        "stored session states: f32, or bf16 (half the bytes, continuations drift; "
+        "docs/SERVER.md)");
     retnet::tools::declare_threads(f, threads);
     retnet::tools::declare_weights(f, weights);
     f.value(prefill_chunk, "--prefill-chunk", "N", 64, Range<int64_t>{1, 1 << 16},
@@ -125,6 +146,34 @@ struct ServeFlags {
                "--config`");
   }
 };
+
+/// --sessions and the flags that only mean something with it or with a folder.
+void read_shared_sessions(const ServeFlags& flags, ServeOptions& o) {
+  if (flags.sessions_url) {
+    if (flags.sessions_dir)
+      throw UsageError(
+          "serve: --sessions and --sessions-dir both name where sessions are kept: "
+          "give one");
+    try {
+      o.sessions_redis = RedisAddress::parse(*flags.sessions_url);
+    } catch (const retnet::InvalidArgument& e) {
+      throw UsageError(std::string("serve: --sessions ") + e.what());
+    }
+  } else if (flags.session_ttl != 0) {
+    throw UsageError("serve: --session-ttl needs --sessions redis://...");
+  }
+  if (flags.session_precision == retnet::StatePrecision::kBFloat16 && !flags.sessions_url &&
+      !flags.sessions_dir)
+    throw UsageError(
+        "serve: --session-precision bf16 halves stored sessions: it needs "
+        "--sessions-dir or --sessions");
+  o.session_precision = flags.session_precision;
+  o.redis.memory_budget = size_t(flags.sessions_memory) << 20;
+  o.redis.max_sessions = size_t(flags.sessions_max);
+  o.redis.ttl = std::chrono::seconds(flags.session_ttl);
+  o.redis.lease = std::chrono::seconds(flags.session_lease);
+  o.redis.precision = flags.session_precision;
+}
 
 /// The API key of --api-key, --api-key-file or $RETNET_API_KEY, in that order; empty when none
 /// is given. An empty key is refused: it would silently turn authentication off.
@@ -192,12 +241,13 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   }
   o.sessions_dir = flags.sessions_dir.value_or("");
   o.sessions_memory_bytes = size_t(flags.sessions_memory) << 20;
-  if (!flags.sessions_dir && flags.sessions_memory == 0)
+  if (!flags.sessions_dir && !flags.sessions_url && flags.sessions_memory == 0)
     throw UsageError(
         "serve: --sessions-memory 0 without --sessions-dir keeps no session: give a folder or "
         "some memory");
   if (!flags.sessions_dir && flags.sessions_disk)
     throw UsageError("serve: --sessions-disk needs --sessions-dir");
+  read_shared_sessions(flags, o);
   o.sessions_quota.max_sessions = size_t(flags.sessions_max);
   if (flags.sessions_disk) o.sessions_quota.disk_bytes = uint64_t(*flags.sessions_disk) << 20;
   o.max_tokens = flags.max_tokens;
@@ -272,12 +322,20 @@ void print_start(const ServeOptions& o, const Model& model, const std::string& m
   std::fflush(stderr);
 }
 
+std::unique_ptr<SessionStore> make_session_store(const ServeOptions& o, const Model& model) {
+  if (o.sessions_redis)
+    return std::make_unique<RedisSessionStore>(model, *o.sessions_redis, o.redis);
+  return std::make_unique<LocalSessionStore>(model, o.sessions_memory_bytes, o.sessions_dir,
+                                             o.sessions_quota, o.session_precision);
+}
+
 int run(const ServeOptions& o) {
   if (o.threads > 0) retnet::set_num_threads(o.threads);
   ServerOptions server_options;
   const auto model = load_model(o, server_options.model_id);
   const auto tokenizer = load_tokenizer(o, *model);
-  LocalSessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir, o.sessions_quota);
+  const auto store = make_session_store(o, *model);
+  SessionStore& sessions = *store;
 
   StopSignals signals;  // before the threads of the engine and of HTTP, which inherit its mask
   Engine engine(*model, *tokenizer, o.engine);

@@ -97,11 +97,13 @@ struct RedisStoreOptions {
   size_t max_sessions = 1024;                // --sessions-max, over every replica
   std::chrono::milliseconds lease{10000};    // renewed while the request runs
   std::chrono::seconds ttl{0};               // --session-ttl: 0 = sessions never expire
+  StatePrecision precision = StatePrecision::kNative;  // --session-precision
 };
 
 class RedisSessionStore : public SessionStore {
  public:
-  /// Connects once to check that Redis answers (throws RedisUnavailable otherwise).
+  /// Asks Redis once whether it answers: when it does not, says so on stderr and starts anyway
+  /// (requests with a session are answered 503 until it is back).
   RedisSessionStore(const RetNetModel<float>& model, RedisAddress address,
                     RedisStoreOptions options = {})
       : model_(model),
@@ -109,7 +111,14 @@ class RedisSessionStore : public SessionStore {
         options_(options),
         prefix_("retnet:" + hex(model.fingerprint()) + ":"),
         token_prefix_(random_token() + "-") {
-    redis_.command({"PING"});
+    try {
+      redis_.command({"PING"});
+    } catch (const Error& e) {
+      std::fprintf(stderr,
+                   "retnet serve: warning: %s; sessions are unavailable (503) until it "
+                   "answers\n",
+                   e.what());
+    }
     renewer_ = std::thread([this] { renew_leases(); });
   }
 
@@ -186,6 +195,7 @@ class RedisSessionStore : public SessionStore {
     std::string bytes;
     int64_t version;
     try {
+      s = at_precision(std::move(s), options_.precision);
       bytes = encode(s, id, "not saved");
       version = run(redis_scripts::kCommit, {key(id), lease_key(id), ids_key()},
                     {held.token, std::to_string(held.version), bytes, std::to_string(s.tokens()),
@@ -320,7 +330,7 @@ class RedisSessionStore : public SessionStore {
   std::string encode(const Session& s, const std::string& id, const char* failed) const {
     std::ostringstream out(std::ios::binary);
     try {
-      SessionFile::write(out, s, model_);
+      SessionFile::write(out, s, model_, options_.precision);
     } catch (const Error& e) {
       throw SessionRefused(SessionRefused::Why::kNotSaved,
                            "session '" + id + "' " + failed + ": " + e.what());

@@ -41,6 +41,19 @@ struct Session {
   }
 };
 
+/// The session as a store of `precision` gives it back: with bfloat16 the values are rounded in
+/// memory too, so that a continuation is the same whether the session comes from memory or from
+/// its stored bytes.
+inline Session at_precision(Session s, StatePrecision precision) {
+  if (precision == StatePrecision::kNative || !s.state) return s;
+  State rounded = *s.state;
+  for (auto& layer : rounded.model.layers)
+    for (Index i = 0; i < layer.size(); ++i)
+      layer.data()[i] = bf16_to_float(float_to_bf16(layer.data()[i]));
+  s.state = std::make_shared<const State>(std::move(rounded));
+  return s;
+}
+
 /// A session file that could not be written: `error_number` is the errno of the call that
 /// failed, so that a full folder (ENOSPC, EDQUOT, EFBIG: over a file-size limit) can be told from
 /// any other failure.
@@ -92,11 +105,13 @@ struct SessionFile {
     return s;
   }
 
-  /// Writes the bytes `read` takes back. Throws Error when `out` fails.
-  static void write(std::ostream& out, const Session& s, const RetNetModel<float>& model) {
+  /// Writes the bytes `read` takes back, the state's values as floats or rounded to bfloat16
+  /// (--session-precision). Throws Error when `out` fails.
+  static void write(std::ostream& out, const Session& s, const RetNetModel<float>& model,
+                    StatePrecision precision) {
     out.write(kMagic, sizeof kMagic);
     out.put(s.state ? 1 : 0);
-    if (s.state) save_generation_state(out, *s.state, model.fingerprint());
+    if (s.state) save_generation_state(out, *s.state, model.fingerprint(), precision);
     out.flush();
   }
 };
@@ -166,11 +181,11 @@ class SessionFileWriter {
   ~SessionFileWriter() { discard(); }
 
   /// Writes `s` to the temporary file and syncs it to the disk.
-  void write(const Session& s, const RetNetModel<float>& model) {
+  void write(const Session& s, const RetNetModel<float>& model, StatePrecision precision) {
     DescriptorBuffer buffer(fd_);
     std::ostream out(&buffer);
     try {
-      SessionFile::write(out, s, model);
+      SessionFile::write(out, s, model, precision);
     } catch (const Error&) {
       out.setstate(std::ios::badbit);  // save_generation_state saw the stream fail
     }
