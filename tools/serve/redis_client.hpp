@@ -5,6 +5,7 @@
 #pragma once
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -122,13 +123,21 @@ class RedisClient {
   Connection take() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!idle_.empty()) {
+      while (!idle_.empty()) {
         Connection c = std::move(idle_.back());
         idle_.pop_back();
-        return c;
+        if (!closed_by_peer(*c)) return c;
       }
     }
     return connect();
+  }
+
+  /// An idle connection has nothing to read: readable means Redis closed it (it restarted, or
+  /// dropped an idle client), so the first command after a restart gets a fresh connection
+  /// instead of a 503.
+  static bool closed_by_peer(const redisContext& c) {
+    pollfd p{c.fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;
   }
 
   void give_back(Connection c) {
