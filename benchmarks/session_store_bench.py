@@ -91,12 +91,14 @@ def main():
             time.sleep(0.05)
         version = subprocess.run(["redis-server", "--version"], capture_output=True,
                                  text=True).stdout.split()[2]
-        print(f"Redis {version} on loopback, appendonly yes / appendfsync everysec; median of {args.rounds}")
+        print(f"Redis {version} on loopback, appendonly yes / appendfsync everysec; "
+              f"median of {args.rounds}")
         print(f"{'model':<24}{'bytes per session':>25}{'store (SET)':>13}{'fetch (GET)':>13}")
         for name, size in shapes:
             rounds = args.rounds if size < 50e6 else max(1, args.rounds // 3)
             store, fetch = set_get_p50_ms(port, size, rounds)
-            print(f"{name:<24}{size:>12,} B ({size / 1e6:.2f} MB){store:>10.1f} ms{fetch:>10.1f} ms")
+            print(f"{name:<24}{size:>12,} B ({size / 1e6:.2f} MB)"
+                  f"{store:>10.1f} ms{fetch:>10.1f} ms")
     finally:
         redis.terminate()
         redis.wait()

@@ -168,9 +168,10 @@ def case_c_replica_killed(c):
             assert a.served_by in (victim, None), (
                 f"conversation {conv} failed on {a.served_by}, not on the killed {victim}: {a}")
     cut = sum(1 for a in answers if not a.ok and a.status == 200)
+    proxy_status = sorted({a.status for a in answers if not a.ok and a.status != 200})
     print(f"     killed {victim} during turn 3: {len(failed)} requests failed ({cut} streams cut "
-          f"short, {len(failed) - cut} answered {sorted({a.status for a in answers if not a.ok and a.status != 200})} "
-          f"by HAProxy), {CONVERSATIONS - len(failed)} completed as the single server's")
+          f"short, {len(failed) - cut} answered {proxy_status} by HAProxy), "
+          f"{CONVERSATIONS - len(failed)} completed as the single server's")
     assert failed, f"no request failed although {victim} was killed mid-stream"
     # The proxy takes the killed replica out of the rotation (its health checks).
     c.proxy.wait_all_healthy(6)
