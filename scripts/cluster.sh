@@ -68,7 +68,7 @@ up() {
     redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
     sleep 0.1
   done
-  redis-cli -p "$redis_port" ping >/dev/null 2>&1 ||
+  redis-cli -p "$redis_port" ping >/dev/null 2>&1 && alive "$STATE/redis.pid" ||
     die "redis-server did not start on port $redis_port (see $STATE/redis.log)"
 
   local servers="" r

@@ -245,7 +245,10 @@ def case_e_redis_away(c):
     assert status == 503 and body["error"]["code"] == "session_store_unavailable", (
         f"POST /v1/sessions with Redis away: {status} {body}")
     assert r.alive() and r.request("GET", "/health")[0] == 200, "the replica died with Redis"
-    print(f"     Redis away: 503 session_store_unavailable ({a.error[:70]}...), replica alive")
+    plain = r.complete({"prompt": "ROMEO:", "max_tokens": 4, "temperature": 0})
+    assert plain.ok, f"a request without a session with Redis away: {plain}"
+    print(f"     Redis away: 503 session_store_unavailable ({a.error[:70]}...); the replica "
+          f"alive, serving requests without a session")
     c.redis = Redis(c.redis.data_dir, c.redis.port, c.work / "redis2.log")
     expect_turn(c, 0, 1, r.complete(turn_request(0, 1, sid)), "after Redis restarted")
     print("     Redis back: the session continues from its last committed turn")
