@@ -11,6 +11,7 @@
   E  Redis stopped: 503 session_store_unavailable, the replica alive; Redis back: success;
      Redis killed and restarted from its append-only file: every session intact
   F  --session-precision bf16: a conversation continues; its drift against f32 is printed
+     (bytes and tokens are one to one for the demo model's byte tokenizer)
 
 Usage: run.py RETNET_CLI MODEL_DIR [-k LETTER ...]
 Exits 77 (skipped) when redis-server or haproxy is not installed.
@@ -111,15 +112,32 @@ def expect_turn(c, conv, turn, a, where):
 
 
 def case_a_across_replicas(c):
+    """Two conversations, one greedy and one sampled with a seed per turn, alternating between
+    replicas A and B, against a single server."""
     a, b = c.replicas[0], c.replicas[1]
-    sid = "across-0"
-    status, body = a.create_session(sid)
-    assert status == 201, f"{status} {body}"
-    for turn in range(TURNS):
-        on = (a, b)[turn % 2]
-        req = turn_request(0, turn, sid)
-        expect_turn(c, 0, turn, on.complete(req), f"replica {'AB'[turn % 2]}")
-    print(f"     6 turns alternating between two replicas equal the single server's")
+    single = Replica(c.cli, c.model, [], c.work / "single-across.log")
+
+    def request(conv, turn):
+        req = turn_request(conv, turn, f"across-{conv}")
+        if conv == 1:
+            req.update(temperature=0.8, seed=100 + turn)
+        return req
+    try:
+        for conv in range(2):
+            assert a.create_session(f"across-{conv}")[0] == 201
+            assert single.create_session(f"across-{conv}")[0] == 201
+            for turn in range(TURNS):
+                got = (a, b)[turn % 2].complete(request(conv, turn))
+                want = single.complete(request(conv, turn))
+                assert got.ok and want.ok, (got, want)
+                assert (got.text, got.tokens) == (want.text, want.tokens), (
+                    f"conversation {conv} turn {turn + 1} on replica {'AB'[turn % 2]}: "
+                    f"{got.text!r} ({got.tokens} tokens) != the single server's {want.text!r} "
+                    f"({want.tokens})")
+    finally:
+        single.stop()
+    print(f"     {TURNS} turns alternating between two replicas, greedy and sampled with seeds, "
+          f"equal the single server's")
 
 
 def run_turn(c, turn, on_open=None):
@@ -269,33 +287,36 @@ def case_e_redis_away(c):
 
 
 def case_f_bf16(c):
-    n = 64
-    prompt = {"prompt": "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "max_tokens": 24,
-              "temperature": 0}
-    go_on = {"prompt": "\nROMEO:", "max_tokens": n, "temperature": 0}
-    result = {}
+    """Four turns, each continued on the other replica (so read back from Redis), with the
+    sessions stored as f32 and as bf16: the bf16 conversation continues, and its drift from the
+    f32 one (the first token that differs) is printed."""
+    prompts = ["JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?", "\nROMEO:", "\nJULIET:",
+               "\nNURSE:"]
+    n = 96
+    text = {}
     for precision, db in (("f32", 1), ("bf16", 2)):
-        # Two replicas: the continuation is read from Redis, not from the first one's cache.
-        first = c.replica(["--session-precision", precision], db=db)
-        second = c.replica(["--session-precision", precision], db=db)
+        pair = [c.replica(["--session-precision", precision], db=db) for _ in range(2)]
         sid = f"precision-{precision}"
-        assert first.create_session(sid)[0] == 201
-        a = first.complete(dict(prompt, session=sid))
-        assert a.ok, f"{precision}: {a}"
-        b = second.complete(dict(go_on, session=sid))
-        assert b.ok, f"{precision}: the continuation: {b}"
-        result[precision] = (a, b)
-        first.stop()
-        second.stop()
-    (a32, b32), (a16, b16) = result["f32"], result["bf16"]
-    assert a16.text == a32.text and b16.tokens == b32.tokens, (a32, a16, b32, b16)
-    same = next((i for i, (x, y) in enumerate(zip(b32.text, b16.text)) if x != y),
-                min(len(b32.text), len(b16.text)))
-    if b32.text == b16.text:
-        print(f"     bf16 sessions: the {n}-token greedy continuation equals f32's")
-    else:
-        print(f"     bf16 sessions: the greedy continuation equals f32's for {same} of {n} "
-              f"tokens, then {b16.text[same:same + 20]!r} instead of {b32.text[same:same + 20]!r}")
+        assert pair[0].create_session(sid)[0] == 201
+        answers = []
+        for turn, prompt in enumerate(prompts):
+            a = pair[turn % 2].complete({"session": sid, "prompt": prompt, "max_tokens": n,
+                                         "temperature": 0})
+            assert a.ok, f"{precision} turn {turn + 1}: {a}"
+            answers.append(a)
+        text[precision] = answers
+        for r in pair:
+            r.stop()
+    for turn, (x, y) in enumerate(zip(text["f32"], text["bf16"])):
+        assert x.tokens == y.tokens, f"turn {turn + 1}: {x.tokens} != {y.tokens} tokens"
+        if x.text != y.text:
+            first = next((i for i, (p, q) in enumerate(zip(x.text, y.text)) if p != q),
+                         min(len(x.text), len(y.text)))
+            print(f"     bf16 sessions: turn {turn + 1} differs from f32 at token {first} of {n}: "
+                  f"{y.text[first:first + 20]!r} instead of {x.text[first:first + 20]!r}")
+            return
+    print(f"     bf16 sessions: {len(prompts)} turns x {n} greedy tokens, each continued on the "
+          f"other replica, equal f32's token for token")
 
 
 CASES = [("A", "a session created on one replica continues on another", case_a_across_replicas),
