@@ -5,7 +5,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # libboost-dev also builds retnet-serve (Boost.Beast); python3-numpy runs the reference scripts' test; the
 # server test (tests/server/run.sh) also needs node and npm, and installs Chromium itself when it
 # runs as root.
-RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libboost-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy"
+# libhiredis-dev builds the Redis session store; redis-server and haproxy run ctest ServerCluster and
+# scripts/cluster.sh.
+RETNET_PACKAGES="cmake g++ make pkg-config libeigen3-dev nlohmann-json3-dev libboost-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy libhiredis-dev redis-server haproxy"
 
 install_dependencies() {
   local missing=()

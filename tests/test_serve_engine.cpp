@@ -13,7 +13,7 @@
 #include <retnet/retnet.hpp>
 
 #include "serve/engine.hpp"
-#include "serve/sessions.hpp"
+#include "serve/local_session_store.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -520,7 +520,7 @@ TEST(ServeSessions, LeastRecentlyUsedSpillToDiskAndSurviveARestart) {
       Session{std::make_shared<const State>(State{f.model.new_state(1), 7, {1, 2, 3}})}.bytes();
   std::string a = "a", b = "b", c;
   {
-    SessionStore store(f.model, 2 * one + one / 2, dir.str());
+    LocalSessionStore store(f.model, 2 * one + one / 2, dir.str());
     ASSERT_EQ(store.create(a), SessionStore::Result::kOk);
     ASSERT_EQ(store.create(a), SessionStore::Result::kExists);
     ASSERT_EQ(store.create(b), SessionStore::Result::kOk);
@@ -549,7 +549,7 @@ TEST(ServeSessions, LeastRecentlyUsedSpillToDiskAndSurviveARestart) {
     EXPECT_EQ(store.remove(b), SessionStore::Result::kOk);
     EXPECT_EQ(store.remove(b), SessionStore::Result::kNotFound);
   }
-  SessionStore store(f.model, 100 * one, dir.str());  // a restart
+  LocalSessionStore store(f.model, 100 * one, dir.str());  // a restart
   Session s;
   ASSERT_EQ(store.acquire(a, s), SessionStore::Result::kOk);
   ASSERT_TRUE(s.state);

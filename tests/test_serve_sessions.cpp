@@ -1,4 +1,4 @@
-// The session store of `retnet serve` (tools/serve/sessions.hpp) against a folder that fails: a
+// The session store of `retnet serve` (tools/serve/local_session_store.hpp) against a folder that fails: a
 // save that cannot be written (read-only folder, a file-size limit, the disk quota) leaves the
 // session as it was, in memory and on disk, and no temporary file; quotas refuse rather than push
 // another session out; a damaged file (any byte changed, truncated, lengthened) is refused with a
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/sessions.hpp"
+#include "serve/local_session_store.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -82,7 +82,7 @@ size_t largest_session() {
 TEST(ServeSessionStore, AFailedSaveLeavesTheSessionAsItWas) {
   retnet::testing::TempDir tmp;
   const std::string dir = tmp.file("sessions");
-  SessionStore store(model(), 1 << 30, dir);
+  LocalSessionStore store(model(), 1 << 30, dir);
   std::string id = "a";
   ASSERT_EQ(store.create(id), SessionStore::Result::kOk);
   save(store, id, 41);
@@ -111,9 +111,9 @@ TEST(ServeSessionStore, AFailedSaveLeavesTheSessionAsItWas) {
     fs::permissions(dir, fs::perms::owner_all);
   }
   EXPECT_TRUE(temporary_files(dir).empty());
-  EXPECT_EQ(SessionStore(model(), 1 << 30, dir).info(id)->tokens, 42);  // the file, too
+  EXPECT_EQ(LocalSessionStore(model(), 1 << 30, dir).info(id)->tokens, 42);  // the file, too
   save(store, id, 99);
-  EXPECT_EQ(SessionStore(model(), 1 << 30, dir).info(id)->tokens, 100);
+  EXPECT_EQ(LocalSessionStore(model(), 1 << 30, dir).info(id)->tokens, 100);
 }
 
 /// In a child process beyond a file-size limit (the server ignores SIGXFSZ, so the write fails
@@ -121,7 +121,7 @@ TEST(ServeSessionStore, AFailedSaveLeavesTheSessionAsItWas) {
 /// temporary file is left. Returns the child's failures ("" when none).
 std::string full_folder_child(const std::string& dir) {
   std::signal(SIGXFSZ, SIG_IGN);
-  SessionStore store(model(), 1 << 30, dir);
+  LocalSessionStore store(model(), 1 << 30, dir);
   std::string id = "a";
   if (store.create(id) != SessionStore::Result::kOk) return "create failed";
   const rlimit limit{4096, 4096};
@@ -137,7 +137,7 @@ std::string full_folder_child(const std::string& dir) {
   }
   if (store.info(id)->tokens != 0) return "the session moved although its save failed";
   if (!temporary_files(dir).empty()) return "a temporary file was left: " + temporary_files(dir)[0];
-  if (SessionStore(model(), 1 << 30, dir).info(id)->tokens != 0) return "the file changed";
+  if (LocalSessionStore(model(), 1 << 30, dir).info(id)->tokens != 0) return "the file changed";
   return "";
 }
 
@@ -162,13 +162,13 @@ TEST(ServeSessionStore, TheDiskQuotaRefusesALargerSaveAndKeepsTheOthers) {
   retnet::testing::TempDir tmp;
   const std::string dir = tmp.file("sessions");
   const uint64_t one_file = [&] {
-    SessionStore probe(model(), 1 << 30, tmp.file("probe"));
+    LocalSessionStore probe(model(), 1 << 30, tmp.file("probe"));
     std::string id = "p";
     probe.create(id);
     save(probe, id, 1);
     return probe.stats().disk_bytes;
   }();
-  SessionStore store(model(), 1 << 30, dir, SessionQuota{100, one_file + one_file / 2});
+  LocalSessionStore store(model(), 1 << 30, dir, SessionQuota{100, one_file + one_file / 2});
   std::string a = "a", b = "b";
   ASSERT_EQ(store.create(a), SessionStore::Result::kOk);
   ASSERT_EQ(store.create(b), SessionStore::Result::kOk);
@@ -191,7 +191,7 @@ TEST(ServeSessionStore, TheSessionCountIsAQuotaOnDiskAndOnRestart) {
   retnet::testing::TempDir tmp;
   const std::string dir = tmp.file("sessions");
   {
-    SessionStore store(model(), 0, dir, SessionQuota{2, 1 << 30});  // nothing stays in memory
+    LocalSessionStore store(model(), 0, dir, SessionQuota{2, 1 << 30});  // nothing stays in memory
     std::string a = "a", b = "b", c = "c";
     ASSERT_EQ(store.create(a), SessionStore::Result::kOk);
     ASSERT_EQ(store.create(b), SessionStore::Result::kOk);
@@ -201,7 +201,7 @@ TEST(ServeSessionStore, TheSessionCountIsAQuotaOnDiskAndOnRestart) {
     EXPECT_TRUE(store.info(a) && store.info(b));
     EXPECT_FALSE(store.info(c));
   }
-  SessionStore store(model(), 0, dir, SessionQuota{2, 1 << 30});
+  LocalSessionStore store(model(), 0, dir, SessionQuota{2, 1 << 30});
   std::string c = "c", a = "a";
   EXPECT_EQ(refusal([&] { store.create(c); }).why(), SessionRefused::Why::kTooMany);
   ASSERT_EQ(store.remove(a), SessionStore::Result::kOk);
@@ -209,8 +209,8 @@ TEST(ServeSessionStore, TheSessionCountIsAQuotaOnDiskAndOnRestart) {
 }
 
 TEST(ServeSessionStore, WithoutAFolderNoSessionIsPushedOut) {
-  EXPECT_THROW(SessionStore(model(), largest_session() - 1, ""), Error);
-  SessionStore store(model(), 2 * largest_session() + largest_session() / 2, "");
+  EXPECT_THROW(LocalSessionStore(model(), largest_session() - 1, ""), Error);
+  LocalSessionStore store(model(), 2 * largest_session() + largest_session() / 2, "");
   std::string a = "a", b = "b", c = "c";
   ASSERT_EQ(store.create(a), SessionStore::Result::kOk);
   ASSERT_EQ(store.create(b), SessionStore::Result::kOk);
@@ -239,7 +239,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 void expect_damaged(const std::string& dir, const std::string& path, const std::string& bytes,
                     const std::string& what) {
   write_bytes(path, bytes);
-  SessionStore store(model(), 1 << 30, dir);
+  LocalSessionStore store(model(), 1 << 30, dir);
   Session s;
   const auto e = refusal([&] { store.acquire("a", s); });
   EXPECT_EQ(e.why(), SessionRefused::Why::kDamaged) << what << ": " << e.what();
@@ -253,7 +253,7 @@ TEST(ServeSessionStore, ADamagedFileIsRefusedNamingTheSessionAndKept) {
   const std::string dir = tmp.file("sessions"), path = dir + "/a.session";
   for (const bool with_state : {false, true}) {
     {
-      SessionStore store(model(), 1 << 30, dir);
+      LocalSessionStore store(model(), 1 << 30, dir);
       std::string id = "a";
       store.remove(id);
       ASSERT_EQ(store.create(id), SessionStore::Result::kOk);
@@ -274,7 +274,7 @@ TEST(ServeSessionStore, ADamagedFileIsRefusedNamingTheSessionAndKept) {
         expect_damaged(dir, path, good.substr(0, n), "cut to " + std::to_string(n) + " bytes");
     expect_damaged(dir, path, good + "x", "one byte more");
     write_bytes(path, good);
-    SessionStore store(model(), 1 << 30, dir);
+    LocalSessionStore store(model(), 1 << 30, dir);
     EXPECT_EQ(store.info("a")->tokens, with_state ? 42 : 0);
   }
 }

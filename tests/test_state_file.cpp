@@ -309,3 +309,46 @@ TEST(StateFile, RefusesTruncationAndGarbage) {
       },
       {"state scalar size 4 bytes, expected 8"});
 }
+
+namespace {
+
+// A float state saved with bfloat16 values: half the value bytes, each value read back as its
+// bfloat16 rounding (checked against float_to_bf16, element by element), from a file and from a
+// pipe; a double state cannot be saved so, and a damaged bfloat16 file is refused by its
+// checksum like any other.
+TEST(StateFile, BFloat16ValuesHalveTheBytesAndReadBackAsTheirRounding) {
+  const auto model = small_model<float>(7);
+  const auto state = used_state(model, 2);
+  std::ostringstream f32, bf16;
+  retnet::save_state(f32, state, model.fingerprint());
+  retnet::save_state(bf16, state, model.fingerprint(), retnet::StatePrecision::kBFloat16);
+  Index values = 0;
+  for (const auto& l : state.layers) values += l.size();
+  EXPECT_EQ(f32.str().size() - bf16.str().size(), size_t(values) * 2);
+  for (const bool pipe : {false, true}) {
+    std::istringstream file(bf16.str());
+    UnseekableBuffer unseekable(bf16.str());
+    std::istream piped(&unseekable);
+    const auto back =
+        retnet::load_state(pipe ? piped : file, model.new_state(1), model.fingerprint(), "s");
+    ASSERT_EQ(back.positions, state.positions);
+    for (size_t l = 0; l < state.layers.size(); ++l)
+      for (Index i = 0; i < state.layers[l].size(); ++i)
+        ASSERT_EQ(back.layers[l].data()[i],
+                  retnet::bf16_to_float(retnet::float_to_bf16(state.layers[l].data()[i])))
+            << "layer " << l << " value " << i << (pipe ? " (pipe)" : "");
+  }
+  std::string damaged = bf16.str();
+  damaged[damaged.size() / 2] ^= 0x10;
+  std::istringstream in(damaged);
+  expect_error<FormatError>(
+      [&] { retnet::load_state(in, model.new_state(1), model.fingerprint()); },
+      {"checksum mismatch"});
+  const auto dmodel = small_model<double>(7);
+  std::ostringstream out;
+  EXPECT_THROW(retnet::save_state(out, dmodel.new_state(1), dmodel.fingerprint(),
+                                  retnet::StatePrecision::kBFloat16),
+               retnet::InvalidArgument);
+}
+
+}  // namespace

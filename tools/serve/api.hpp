@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "serve/engine.hpp"
-#include "serve/sessions.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
 

@@ -12,7 +12,7 @@
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
 #include "serve/metrics.hpp"
-#include "serve/sessions.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
 

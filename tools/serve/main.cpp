@@ -1,10 +1,11 @@
 // `retnet serve` (the executable retnet-serve, which `retnet serve` runs): an OpenAI-compatible
 // HTTP/1.1 server over one const model, with continuous batching (serve/engine.hpp) and sessions
-// whose whole history is one fixed-size state (serve/sessions.hpp). This file reads the command
-// line into ServeOptions (read_options, the only code that reads flags), loads the model and
-// starts the parts; serve/server.hpp holds the routes. docs/SERVER.md describes the API, the
+// whose whole history is one fixed-size state (serve/session_store.hpp). This file reads the
+// command line into ServeOptions (read_options, the only code that reads flags), loads the model
+// and starts the parts; serve/server.hpp holds the routes. docs/SERVER.md describes the API, the
 // limits and how batching works.
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +22,9 @@
 #include "serve/context.hpp"
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
+#include "serve/local_session_store.hpp"
+#include "serve/redis_session_store.hpp"
 #include "serve/server.hpp"
-#include "serve/sessions.hpp"
 #include "serve/shutdown.hpp"
 
 namespace {
@@ -40,10 +42,13 @@ struct ServeOptions {
   std::string host;
   int port = 0;  // 0: any free port
   std::string api_key;
-  std::vector<std::string> cors_origins;  // --cors
-  std::string sessions_dir;               // empty: sessions in memory only
+  std::vector<std::string> cors_origins;       // --cors
+  std::string sessions_dir;                    // empty: sessions in memory only
+  std::optional<RedisAddress> sessions_redis;  // --sessions redis://...: shared by replicas
   size_t sessions_memory_bytes = 0;
   SessionQuota sessions_quota;  // --sessions-max, --sessions-disk
+  RedisStoreOptions redis;      // --session-ttl, --session-lease
+  retnet::StatePrecision session_precision = retnet::StatePrecision::kNative;
   int64_t max_tokens = 0;
   EngineOptions engine;
   http::ServerOptions http;
@@ -70,6 +75,9 @@ struct ServeFlags {
   bool reuse_port = false;
   int64_t sessions_max = 0;
   std::optional<int64_t> sessions_disk;
+  std::optional<std::string> sessions_url;
+  int64_t session_ttl = 0, session_lease = 0;
+  retnet::StatePrecision session_precision = retnet::StatePrecision::kNative;
   std::optional<int> threads;
   std::optional<retnet::WeightType> weights;
 
@@ -100,6 +108,19 @@ struct ServeFlags {
     f.optional(sessions_disk, "--sessions-disk", "MB", Range<int64_t>{1, 1 << 24},
                "bytes of session files in --sessions-dir; a larger save is refused (507) "
                "(default 2048)");
+    f.optional(sessions_url, "--sessions", "redis://HOST:PORT[/DB]",
+               "keep sessions in Redis, shared by every replica given the same address (not with "
+               "--sessions-dir; --sessions-memory is then a cache)");
+    f.value(session_ttl, "--session-ttl", "S", 0, Range<int64_t>{0, int64_t(1) << 31},
+            "with --sessions: a session unused for S seconds expires (0: never)");
+    f.value(session_lease, "--session-lease", "S", 10, Range<int64_t>{1, 3600},
+            "with --sessions: a request's hold on its session, renewed while it runs; a "
+            "replica that dies lets go after S seconds");
+    f.choice(
+        session_precision, "--session-precision", "P", retnet::StatePrecision::kNative,
+        {{"f32", retnet::StatePrecision::kNative}, {"bf16", retnet::StatePrecision::kBFloat16}},
+        "stored session states: f32, or bf16 (half the bytes, continuations drift; "
+        "docs/SERVER.md)");
     retnet::tools::declare_threads(f, threads);
     retnet::tools::declare_weights(f, weights);
     f.value(prefill_chunk, "--prefill-chunk", "N", 64, Range<int64_t>{1, 1 << 16},
@@ -131,6 +152,34 @@ struct ServeFlags {
                "--config`");
   }
 };
+
+/// --sessions and the flags that only mean something with it or with a folder.
+void read_shared_sessions(const ServeFlags& flags, ServeOptions& o) {
+  if (flags.sessions_url) {
+    if (flags.sessions_dir)
+      throw UsageError(
+          "serve: --sessions and --sessions-dir both name where sessions are kept: "
+          "give one");
+    try {
+      o.sessions_redis = RedisAddress::parse(*flags.sessions_url);
+    } catch (const retnet::InvalidArgument& e) {
+      throw UsageError(std::string("serve: --sessions ") + e.what());
+    }
+  } else if (flags.session_ttl != 0) {
+    throw UsageError("serve: --session-ttl needs --sessions redis://...");
+  }
+  if (flags.session_precision == retnet::StatePrecision::kBFloat16 && !flags.sessions_url &&
+      !flags.sessions_dir)
+    throw UsageError(
+        "serve: --session-precision bf16 halves stored sessions: it needs "
+        "--sessions-dir or --sessions");
+  o.session_precision = flags.session_precision;
+  o.redis.memory_budget = size_t(flags.sessions_memory) << 20;
+  o.redis.max_sessions = size_t(flags.sessions_max);
+  o.redis.ttl = std::chrono::seconds(flags.session_ttl);
+  o.redis.lease = std::chrono::seconds(flags.session_lease);
+  o.redis.precision = flags.session_precision;
+}
 
 /// The API key of --api-key, --api-key-file or $RETNET_API_KEY, in that order; empty when none
 /// is given. An empty key is refused: it would silently turn authentication off.
@@ -199,12 +248,13 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   }
   o.sessions_dir = flags.sessions_dir.value_or("");
   o.sessions_memory_bytes = size_t(flags.sessions_memory) << 20;
-  if (!flags.sessions_dir && flags.sessions_memory == 0)
+  if (!flags.sessions_dir && !flags.sessions_url && flags.sessions_memory == 0)
     throw UsageError(
         "serve: --sessions-memory 0 without --sessions-dir keeps no session: give a folder or "
         "some memory");
   if (!flags.sessions_dir && flags.sessions_disk)
     throw UsageError("serve: --sessions-disk needs --sessions-dir");
+  read_shared_sessions(flags, o);
   o.sessions_quota.max_sessions = size_t(flags.sessions_max);
   if (flags.sessions_disk) o.sessions_quota.disk_bytes = uint64_t(*flags.sessions_disk) << 20;
   o.max_tokens = flags.max_tokens;
@@ -267,15 +317,14 @@ std::unique_ptr<retnet::Tokenizer> load_tokenizer(const ServeOptions& o, const M
 }
 
 void print_start(const ServeOptions& o, const Model& model, const std::string& model_id, int port,
-                 bool persistent, const std::string& chat_template_name) {
+                 const SessionStore& sessions, const std::string& chat_template_name) {
   std::fprintf(stderr,
                "retnet serve: model %s (%s of weights, %.2f MB state per sequence), max batch "
                "%ld, %d compute threads, sessions %s\n",
                model_id.c_str(),
                (std::to_string(model.weights().size_bytes(model.config()) >> 20) + " MiB").c_str(),
                model.new_state(1).size_bytes() / 1e6, long(o.engine.max_batch),
-               o.threads > 0 ? o.threads : retnet::num_threads(),
-               persistent ? ("in memory and " + o.sessions_dir).c_str() : "in memory only");
+               o.threads > 0 ? o.threads : retnet::num_threads(), sessions.describe().c_str());
   std::fprintf(stderr, "retnet serve: chat template: %s\n", chat_template_name.c_str());
   std::fprintf(stderr, "retnet serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
@@ -289,13 +338,21 @@ retnet::ChatTemplate chat_template(const ServeOptions& o) {
   return retnet::ChatTemplate::plain();
 }
 
+std::unique_ptr<SessionStore> make_session_store(const ServeOptions& o, const Model& model) {
+  if (o.sessions_redis)
+    return std::make_unique<RedisSessionStore>(model, *o.sessions_redis, o.redis);
+  return std::make_unique<LocalSessionStore>(model, o.sessions_memory_bytes, o.sessions_dir,
+                                             o.sessions_quota, o.session_precision);
+}
+
 int run(const ServeOptions& o) {
   if (o.threads > 0) retnet::set_num_threads(o.threads);
   ServerOptions server_options;
   server_options.chat_template = chat_template(o);
   const auto model = load_model(o, server_options.model_id);
   const auto tokenizer = load_tokenizer(o, *model);
-  SessionStore sessions(*model, o.sessions_memory_bytes, o.sessions_dir, o.sessions_quota);
+  const auto store = make_session_store(o, *model);
+  SessionStore& sessions = *store;
 
   StopSignals signals;  // before the threads of the engine and of HTTP, which inherit its mask
   Engine engine(*model, *tokenizer, o.engine);
@@ -320,7 +377,7 @@ int run(const ServeOptions& o) {
                  "retnet serve: warning: --host %s is not loopback and no API key is set: anyone "
                  "who can reach it can use the model (set --api-key-file)\n",
                  o.host.c_str());
-  print_start(o, *model, server_options.model_id, port, sessions.persistent(),
+  print_start(o, *model, server_options.model_id, port, sessions,
               server_options.chat_template.name());
   const bool ok = http.listen();
   signals.finish();

@@ -20,7 +20,7 @@
 #include "serve/engine.hpp"
 #include "serve/http.hpp"
 #include "serve/routes_sessions.hpp"
-#include "serve/sessions.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
 

@@ -9,7 +9,7 @@
 #include "serve/api.hpp"
 #include "serve/context.hpp"
 #include "serve/http.hpp"
-#include "serve/sessions.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
 
@@ -28,6 +28,10 @@ inline ApiError session_refused_error(const SessionRefused& e) {
       return ApiError(500, e.what(), "", "session_damaged");
     case Why::kUnreadable:
       return ApiError(500, e.what(), "", "session_unreadable");
+    case Why::kConflict:
+      return ApiError(409, e.what(), "", "session_conflict");
+    case Why::kUnavailable:
+      return ApiError(503, e.what(), "", "session_store_unavailable");
     case Why::kNotSaved:
       break;
   }

@@ -19,7 +19,7 @@
 #include "serve/routes_completions.hpp"
 #include "serve/routes_info.hpp"
 #include "serve/routes_sessions.hpp"
-#include "serve/sessions.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <istream>
 #include <memory>
 #include <ostream>
 #include <retnet/retnet.hpp>
@@ -39,6 +40,19 @@ struct Session {
            (state ? state->model.size_bytes() + state->recent.size() * sizeof(int32_t) : 0);
   }
 };
+
+/// The session as a store of `precision` gives it back: with bfloat16 the values are rounded in
+/// memory too, so that a continuation is the same whether the session comes from memory or from
+/// its stored bytes.
+inline Session at_precision(Session s, StatePrecision precision) {
+  if (precision == StatePrecision::kNative || !s.state) return s;
+  State rounded = *s.state;
+  for (auto& layer : rounded.model.layers)
+    for (Index i = 0; i < layer.size(); ++i)
+      layer.data()[i] = bf16_to_float(float_to_bf16(layer.data()[i]));
+  s.state = std::make_shared<const State>(std::move(rounded));
+  return s;
+}
 
 /// A session file that could not be written: `error_number` is the errno of the call that
 /// failed, so that a full folder (ENOSPC, EDQUOT, EFBIG: over a file-size limit) can be told from
@@ -72,19 +86,33 @@ struct SessionFile {
   static Session read(const std::filesystem::path& path, const RetNetModel<float>& model) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error("cannot open session file " + path.string());
+    return read(in, model, path.string());
+  }
+
+  /// A session's bytes from `in` (a file, or a value from Redis); `name` names them in errors.
+  static Session read(std::istream& in, const RetNetModel<float>& model, const std::string& name) {
     char magic[sizeof kMagic] = {};
     in.read(magic, sizeof magic);
     if (!in || !std::equal(magic, magic + sizeof magic, kMagic))
-      throw FormatError(path.string() + ": not a retnet session file");
+      throw FormatError(name + ": not a retnet session file");
     const int has_state = in.get();
-    if (has_state != 0 && has_state != 1)
-      throw FormatError(path.string() + ": malformed session file");
+    if (has_state != 0 && has_state != 1) throw FormatError(name + ": malformed session file");
     Session s;
     if (has_state)
-      s.state = std::make_shared<const State>(load_generation_state(in, model, path.string()));
+      s.state = std::make_shared<const State>(load_generation_state(in, model, name));
     else
-      expect_end_of_state(in, path.string());  // a state whose flag byte was damaged
+      expect_end_of_state(in, name);  // a state whose flag byte was damaged
     return s;
+  }
+
+  /// Writes the bytes `read` takes back, the state's values as floats or rounded to bfloat16
+  /// (--session-precision). Throws Error when `out` fails.
+  static void write(std::ostream& out, const Session& s, const RetNetModel<float>& model,
+                    StatePrecision precision) {
+    out.write(kMagic, sizeof kMagic);
+    out.put(s.state ? 1 : 0);
+    if (s.state) save_generation_state(out, *s.state, model.fingerprint(), precision);
+    out.flush();
   }
 };
 
@@ -153,14 +181,11 @@ class SessionFileWriter {
   ~SessionFileWriter() { discard(); }
 
   /// Writes `s` to the temporary file and syncs it to the disk.
-  void write(const Session& s, const RetNetModel<float>& model) {
+  void write(const Session& s, const RetNetModel<float>& model, StatePrecision precision) {
     DescriptorBuffer buffer(fd_);
     std::ostream out(&buffer);
     try {
-      out.write(SessionFile::kMagic, sizeof SessionFile::kMagic);
-      out.put(s.state ? 1 : 0);
-      if (s.state) save_generation_state(out, *s.state, model.fingerprint());
-      out.flush();
+      SessionFile::write(out, s, model, precision);
     } catch (const Error&) {
       out.setstate(std::ios::badbit);  // save_generation_state saw the stream fail
     }

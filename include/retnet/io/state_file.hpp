@@ -8,12 +8,15 @@
 // matches.
 //
 // Stream format, little-endian:
-//   "RETNETST" | u32 version (3) | u32 sizeof(Scalar) | u64 model fingerprint |
+//   "RETNETST" | u32 version (3) | u32 bytes per value | u64 model fingerprint |
 //   u64 layers | u64 batch | u64 heads | u64 dk | u64 columns |
-//   i64 positions[batch] | Scalar data[layers][batch][heads][dk][columns] |
+//   i64 positions[batch] | value data[layers][batch][heads][dk][columns] |
 //   u32 CRC-32 of every byte before it
 // and, for a generation: i32 pending | u64 n | i32 recent[n] | u32 CRC-32 of these three.
-// Versions 1 (no fingerprint) and 2 (no checksum) are refused.
+// The values are the Scalar's own (bytes per value = sizeof(Scalar)) or, for a float state
+// saved with StatePrecision::kBFloat16, bfloat16 (2 bytes, rounded to nearest even; read back
+// widened to float): half the bytes, at bfloat16's precision. Versions 1 (no fingerprint) and 2
+// (no checksum) are refused.
 #pragma once
 
 #include <algorithm>
@@ -26,9 +29,11 @@
 #include <ostream>
 #include <streambuf>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/float_formats.hpp"
 #include "retnet/model/retnet_model.hpp"
 #include "retnet/model/state.hpp"
 
@@ -141,12 +146,19 @@ inline std::string hex_string(uint64_t v) {
   return text;
 }
 
-/// The header of a state file: magic, version, scalar size, fingerprint and the five dims
+/// The header of a state file: magic, version, bytes per value, fingerprint and the five dims
 /// (layers, batch, heads, dk, columns), checked against `expected` but for the batch.
 struct StateHeader {
+  uint32_t value_bytes = 0;  // sizeof(Scalar), or 2: bfloat16 values of a float state
   uint64_t fingerprint = 0;
   uint64_t dims[5] = {};
 };
+
+/// Whether a state of Scalar may hold values of `bytes` bytes: its own, or bfloat16 for float.
+template <typename Scalar>
+bool readable_value_size(uint32_t bytes) {
+  return bytes == sizeof(Scalar) || (std::is_same_v<Scalar, float> && bytes == 2);
+}
 
 template <typename Scalar>
 StateHeader read_state_header(std::istream& in, const ModelState<Scalar>& expected,
@@ -164,10 +176,12 @@ StateHeader read_state_header(std::istream& in, const ModelState<Scalar>& expect
     throw FormatError(source + ": state version " + std::to_string(version) + ", expected " +
                       std::to_string(kStateVersion));
   const auto scalar = get_raw<uint32_t>(in, source, crc);
-  if (scalar != sizeof(Scalar))
+  if (!readable_value_size<Scalar>(scalar))
     throw FormatError(source + ": state scalar size " + std::to_string(scalar) +
-                      " bytes, expected " + std::to_string(sizeof(Scalar)));
+                      " bytes, expected " + std::to_string(sizeof(Scalar)) +
+                      (std::is_same_v<Scalar, float> ? " (or 2: bfloat16)" : ""));
   StateHeader h;
+  h.value_bytes = scalar;
   h.fingerprint = get_raw<uint64_t>(in, source, crc);
   for (auto& v : h.dims) v = get_raw<uint64_t>(in, source, crc);
   RETNET_REQUIRE(!expected.layers.empty(), "load_state: empty expected state");
@@ -184,9 +198,27 @@ StateHeader read_state_header(std::istream& in, const ModelState<Scalar>& expect
 
 // Positions, data and checksum, once the header (whose bytes `crc` holds) has been checked and
 // `in` is known to hold them. The values are checked once the checksum matches.
+/// Reads `t`'s values as stored: the Scalar's own bytes, or bfloat16 widened to float.
+template <typename Scalar>
+bool read_values(std::istream& in, RetentionState<Scalar>& t, uint32_t value_bytes, StateCrc& crc) {
+  if (value_bytes == sizeof(Scalar))
+    return read_checksummed(in, t.data(), size_t(t.size()) * sizeof(Scalar), crc);
+  if constexpr (std::is_same_v<Scalar, float>) {
+    uint16_t block[4096];
+    for (Index done = 0; done < t.size();) {
+      const Index n = std::min<Index>(t.size() - done, 4096);
+      if (!read_checksummed(in, block, size_t(n) * 2, crc)) return false;
+      for (Index i = 0; i < n; ++i) t.data()[done + i] = bf16_to_float(block[i]);
+      done += n;
+    }
+    return true;
+  }
+  return false;
+}
+
 template <typename Scalar>
 ModelState<Scalar> read_state_body(std::istream& in, const uint64_t (&dims)[5],
-                                   const std::string& source, StateCrc& crc) {
+                                   uint32_t value_bytes, const std::string& source, StateCrc& crc) {
   const uint64_t batch = dims[1];
   ModelState<Scalar> s;
   s.positions.resize(static_cast<size_t>(batch));
@@ -195,7 +227,7 @@ ModelState<Scalar> read_state_body(std::istream& in, const uint64_t (&dims)[5],
   s.layers.reserve(static_cast<size_t>(dims[0]));  // checked against the model
   for (uint64_t l = 0; l < dims[0]; ++l) {
     RetentionState<Scalar> t{Index(dims[1]), Index(dims[2]), Index(dims[3]), Index(dims[4])};
-    if (!read_checksummed(in, t.data(), size_t(t.size()) * sizeof(Scalar), crc))
+    if (!read_values(in, t, value_bytes, crc))
       throw FormatError(source + ": truncated state data in layer " + std::to_string(l));
     s.layers.push_back(std::move(t));
   }
@@ -217,8 +249,8 @@ ModelState<Scalar> read_state_body(std::istream& in, const uint64_t (&dims)[5],
 // what the header claims.
 template <typename Scalar>
 ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&dims)[5],
-                                             uint64_t total, const std::string& source,
-                                             StateCrc& crc) {
+                                             uint32_t value_bytes, uint64_t total,
+                                             const std::string& source, StateCrc& crc) {
   std::string body;
   for (uint64_t done = 0; done < total;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, uint64_t{1} << 20));
@@ -235,15 +267,22 @@ ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&
     View(char* p, size_t n) { setg(p, p, p + n); }
   } view(&body[0], body.size());
   std::istream known(&view);
-  return read_state_body<Scalar>(known, dims, source, crc);
+  return read_state_body<Scalar>(known, dims, value_bytes, source, crc);
 }
 
 }  // namespace detail
 
+/// How a state's values are stored: as they are, or (a float state) rounded to bfloat16.
+enum class StatePrecision { kNative, kBFloat16 };
+
 /// Writes `state` with `fingerprint`, the model_fingerprint() of the model it belongs to;
 /// load_state() refuses it for any other model.
 template <typename Scalar>
-void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fingerprint) {
+void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fingerprint,
+                StatePrecision precision = StatePrecision::kNative) {
+  const bool bf16 = precision == StatePrecision::kBFloat16;
+  constexpr bool is_float = std::is_same_v<Scalar, float>;
+  RETNET_REQUIRE(!bf16 || is_float, "save_state: bfloat16 values are for float states");
   RETNET_REQUIRE(!state.layers.empty(), "save_state: empty state");
   const auto& d = state.layers[0].dimensions();
   RETNET_REQUIRE(static_cast<Index>(state.positions.size()) == d[0] && d[0] > 0,
@@ -257,13 +296,26 @@ void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fin
   detail::ChecksummedWriter w(out);
   w.write("RETNETST", 8);
   w.put<uint32_t>(kStateVersion);
-  w.put<uint32_t>(sizeof(Scalar));
+  w.put<uint32_t>(bf16 ? 2 : sizeof(Scalar));
   w.put<uint64_t>(fingerprint);
   for (uint64_t v : {uint64_t(state.layers.size()), uint64_t(d[0]), uint64_t(d[1]), uint64_t(d[2]),
                      uint64_t(d[3])})
     w.put<uint64_t>(v);
   w.write(state.positions.data(), state.positions.size() * sizeof(int64_t));
-  for (const auto& s : state.layers) w.write(s.data(), size_t(s.size()) * sizeof(Scalar));
+  for (const auto& s : state.layers) {
+    if (!bf16) {
+      w.write(s.data(), size_t(s.size()) * sizeof(Scalar));
+      continue;
+    }
+    uint16_t block[4096];
+    for (Index done = 0; done < s.size();) {
+      const Index n = std::min<Index>(s.size() - done, 4096);
+      for (Index i = 0; i < n; ++i)
+        block[i] = float_to_bf16(static_cast<float>(s.data()[done + i]));
+      w.write(block, size_t(n) * 2);
+      done += n;
+    }
+  }
   w.write_checksum();
   if (!out) throw Error("save_state: write failed");
 }
@@ -285,7 +337,7 @@ ModelState<Scalar> load_state(std::istream& in, const ModelState<Scalar>& expect
   // The size the header declares, checked before it is allocated or read.
   const uint64_t batch = h.dims[1];
   if (batch == 0) throw FormatError(source + ": state batch 0, expected at least 1");
-  uint64_t per_entry = sizeof(int64_t), layer_entry = sizeof(Scalar);  // bytes per batch entry
+  uint64_t per_entry = sizeof(int64_t), layer_entry = h.value_bytes;  // bytes per batch entry
   for (int i = 2; i < 5; ++i) layer_entry *= h.dims[i];  // each matches the model: no overflow
   per_entry += layer_entry * h.dims[0];
   const uint64_t total = per_entry * batch;
@@ -305,9 +357,9 @@ ModelState<Scalar> load_state(std::istream& in, const ModelState<Scalar>& expect
                       detail::hex_string(fingerprint) +
                       "): expected a state saved with this model");
   if (left < 0)
-    return detail::read_state_body_from_pipe<Scalar>(in, h.dims, total + kStateChecksumBytes,
-                                                     source, crc);
-  return detail::read_state_body<Scalar>(in, h.dims, source, crc);
+    return detail::read_state_body_from_pipe<Scalar>(in, h.dims, h.value_bytes,
+                                                     total + kStateChecksumBytes, source, crc);
+  return detail::read_state_body<Scalar>(in, h.dims, h.value_bytes, source, crc);
 }
 
 /// Throws FormatError "SOURCE: N trailing bytes after the state" unless `in` is at its end. A
@@ -331,8 +383,9 @@ inline void expect_end_of_state(std::istream& in, const std::string& source = "s
 /// Writes a generation for the model whose fingerprint() is given.
 template <typename Scalar>
 void save_generation_state(std::ostream& out, const GenerationState<Scalar>& g,
-                           uint64_t fingerprint) {
-  save_state(out, g.model, fingerprint);
+                           uint64_t fingerprint,
+                           StatePrecision precision = StatePrecision::kNative) {
+  save_state(out, g.model, fingerprint, precision);
   detail::ChecksummedWriter w(out);
   w.put<int32_t>(g.pending);
   w.put<uint64_t>(g.recent.size());

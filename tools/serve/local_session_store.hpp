@@ -1,9 +1,9 @@
-// Sessions of `retnet serve`: a conversation's whole history is one fixed-size state, kept in
-// memory up to a budget (least recently used out first), written to a folder so that it
-// outlives the process, and read back when a request names it.
+// The session store of one server: states kept in memory up to a budget (least recently used out
+// first), written to a folder so that they outlive the process, and read back when a request
+// names them.
 //
 // SessionFile (serve/session_file.hpp) is the only code that knows how a session is stored on
-// disk; SessionStore is the only code that touches the folder.
+// disk; LocalSessionStore is the only code that touches the folder.
 #pragma once
 
 #include <cstdint>
@@ -21,43 +21,9 @@
 #include <utility>
 
 #include "serve/session_file.hpp"
+#include "serve/session_store.hpp"
 
 namespace retnet::serve {
-
-/// Ids are [A-Za-z0-9_-]{1,64}: safe as a file name as they are, never a path.
-inline bool valid_session_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-          c == '-'))
-      return false;
-  return true;
-}
-
-/// Why the store refused to create, save or read a session; the routes answer each with its
-/// status (serve/routes_sessions.hpp). The message names the session and the cause.
-class SessionRefused : public Error {
- public:
-  enum class Why {
-    kTooMany,    // --sessions-max sessions exist, or the memory of a store without a folder is full
-    kDiskQuota,  // the session files would take more than --sessions-disk
-    kFolderFull,  // the file system refused the bytes (ENOSPC, EDQUOT, EFBIG)
-    kNotSaved,    // any other write failure (a read-only folder, ...)
-    kDamaged,     // the session's file is not a whole session of this model
-    kUnreadable,  // the session's file cannot be opened
-  };
-  SessionRefused(Why why, const std::string& message) : Error(message), why_(why) {}
-  Why why() const { return why_; }
-
- private:
-  Why why_;
-};
-
-/// What the store may hold: sessions in all (in memory and on disk) and bytes of session files.
-struct SessionQuota {
-  size_t max_sessions = 1024;                  // --sessions-max
-  uint64_t disk_bytes = uint64_t(2048) << 20;  // --sessions-disk
-};
 
 /// Sessions by id. A session used by a request is "busy" until the request ends: a second
 /// request for it is refused rather than queued behind it, and so is deleting it.
@@ -67,22 +33,14 @@ struct SessionQuota {
 /// memory only when its file holds it. Without a folder no session is ever pushed out: the memory
 /// budget decides how many sessions may exist, each counted at its largest size, and creating one
 /// more is refused.
-class SessionStore {
+class LocalSessionStore : public SessionStore {
  public:
-  enum class Result { kOk, kNotFound, kBusy, kExists };
-
-  struct Stats {
-    size_t in_memory = 0, memory_bytes = 0, busy = 0, on_disk = 0;
-    uint64_t disk_bytes = 0;  // of the session files
-    uint64_t evicted = 0;     // out of memory, kept on disk
-    uint64_t dropped = 0;     // out of memory and gone: stays 0, the store drops no session
-  };
-
   /// `dir` empty: memory only. Throws Error when the folder cannot be made, or when a store
   /// without one could not hold a single session in `memory_budget`.
-  SessionStore(const RetNetModel<float>& model, size_t memory_budget, std::string dir,
-               SessionQuota quota = {})
+  LocalSessionStore(const RetNetModel<float>& model, size_t memory_budget, std::string dir,
+                    SessionQuota quota = {}, StatePrecision precision = StatePrecision::kNative)
       : model_(model),
+        precision_(precision),
         budget_(memory_budget),
         dir_(std::move(dir)),
         quota_(quota),
@@ -112,11 +70,15 @@ class SessionStore {
     }
   }
 
-  bool persistent() const { return !dir_.empty(); }
+  bool persistent() const override { return !dir_.empty(); }
+
+  std::string describe() const override {
+    return persistent() ? "in memory and " + dir_ : "in memory only";
+  }
 
   /// A new empty session; `id` empty: the store picks one. Sets `id` to the session's id.
   /// Throws SessionRefused beyond the quota or when its file cannot be written.
-  Result create(std::string& id) {
+  Result create(std::string& id) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (id.empty()) {
@@ -148,7 +110,7 @@ class SessionStore {
   /// engine copies the state into the request's own on its thread (engine.hpp, start_prefill),
   /// which keeps the copying off the HTTP threads and out of requests that never start. Throws
   /// SessionRefused when the session's file is damaged or cannot be read.
-  Result acquire(const std::string& id, Session& out) {
+  Result acquire(const std::string& id, Session& out) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
     if (it == entries_.end()) {
@@ -167,7 +129,8 @@ class SessionStore {
   /// Stores what a request left and releases the session. With a folder the file is written
   /// first, and only once it is in place does the session in memory change: when the write
   /// fails (SessionRefused) the session stays as it was, in memory and on disk.
-  void commit(const std::string& id, Session s) {
+  void commit(const std::string& id, Session s) override {
+    s = at_precision(std::move(s), precision_);
     if (persistent()) try {
         save(id, s, "not saved");  // outside the lock: the session is busy, so ours
       } catch (...) {
@@ -184,13 +147,13 @@ class SessionStore {
   }
 
   /// Releases a session unchanged (its request failed or was cancelled).
-  void release(const std::string& id) {
+  void release(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
     if (it != entries_.end() && it->second.busy) release_locked(it->second, id);
   }
 
-  Result remove(const std::string& id) {
+  Result remove(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
     bool found = false;
@@ -207,13 +170,8 @@ class SessionStore {
     return found ? Result::kOk : Result::kNotFound;
   }
 
-  struct Info {
-    int64_t tokens = 0;
-    size_t state_bytes = 0;
-    bool in_memory = false, busy = false;
-  };
   /// Throws SessionRefused when the session's file is damaged or cannot be read.
-  std::optional<Info> info(const std::string& id) {
+  std::optional<Info> info(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(id);
     if (it != entries_.end())
@@ -223,7 +181,7 @@ class SessionStore {
     return Info{s.tokens(), s.bytes(), false, false};
   }
 
-  Stats stats() const {
+  Stats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     Stats s;
     s.in_memory = entries_.size();
@@ -304,7 +262,7 @@ class SessionStore {
     const std::string what = "session '" + id + "' " + failed + ": ";
     try {
       SessionFileWriter writer(file(id));
-      writer.write(s, model_);
+      writer.write(s, model_, precision_);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         const auto old = files_.find(id);
@@ -386,6 +344,7 @@ class SessionStore {
   }
 
   const RetNetModel<float>& model_;
+  const StatePrecision precision_;  // of the session files
   const size_t budget_;
   const std::string dir_;
   const SessionQuota quota_;
@@ -396,39 +355,6 @@ class SessionStore {
   std::map<std::string, uint64_t> files_;  // the session files: id -> bytes
   size_t memory_bytes_ = 0, busy_ = 0, creating_ = 0;
   uint64_t disk_bytes_ = 0, evicted_ = 0;
-};
-
-/// A session held by one request (acquired from the store): released unchanged unless the
-/// request commits the state it ended in.
-class SessionLease {
- public:
-  SessionLease(SessionStore& store, std::string id) : store_(&store), id_(std::move(id)) {}
-  SessionLease(const SessionLease&) = delete;
-  SessionLease& operator=(const SessionLease&) = delete;
-  ~SessionLease() { release(); }
-
-  const std::string& id() const { return id_; }
-
-  void release() {
-    if (!store_) return;
-    store_->release(id_);
-    store_ = nullptr;
-  }
-
-  /// Stores `state` (none: the session stays as it was created, empty) and releases the
-  /// session; throws, with the session released, when the folder cannot be written.
-  void commit(std::optional<State> state) {
-    if (!store_) return;
-    Session s;
-    if (state) s.state = std::make_shared<const State>(std::move(*state));
-    SessionStore* store = store_;
-    store_ = nullptr;
-    store->commit(id_, std::move(s));
-  }
-
- private:
-  SessionStore* store_;
-  std::string id_;
 };
 
 }  // namespace retnet::serve
