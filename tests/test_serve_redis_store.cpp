@@ -179,3 +179,33 @@ TEST(RedisSessionStore, AddressesAreCheckedAndTheQuotaHoldsAcrossReplicas) {
 }
 
 }  // namespace
+
+namespace {
+
+// --session-ttl: a session unused for the TTL is gone (404), on every replica; one used within
+// it lives on, since each commit starts the TTL again; and it no longer counts for the quota.
+TEST(RedisSessionStore, SessionsExpireAfterTheirTimeToLive) {
+  TempDir dir;
+  RedisServer redis(dir.str());
+  RedisStoreOptions o;
+  o.ttl = std::chrono::seconds(2);
+  o.max_sessions = 1;
+  RedisSessionStore a(model(), RedisAddress::parse(redis.url()), o);
+  RedisSessionStore b(model(), RedisAddress::parse(redis.url()), o);
+  std::string id = "brief";
+  ASSERT_EQ(a.create(id), SessionStore::Result::kOk);
+  Session s;
+  for (int i = 0; i < 3; ++i) {  // used every second: kept
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    ASSERT_EQ(a.acquire(id, s), SessionStore::Result::kOk) << "use " << i;
+    a.commit(id, session_at(i));
+  }
+  EXPECT_EQ(position_of(b, id), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2600));
+  EXPECT_EQ(b.acquire(id, s), SessionStore::Result::kNotFound);
+  EXPECT_FALSE(a.info(id).has_value());
+  std::string next;
+  EXPECT_EQ(b.create(next), SessionStore::Result::kOk);  // the expired one left the quota
+}
+
+}  // namespace
