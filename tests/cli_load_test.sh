@@ -3,10 +3,11 @@
 # is a one-line error (never bytes, never a confusing inner path), GGUF and PyTorch files are
 # said to be unread, a load shows a summary line on stderr (an updating line on a terminal),
 # `bench` runs every combination of its comma lists, and the README's held-out score command
-# runs as written. Usage: cli_load_test.sh RETNET_BINARY SOURCE_DIR
+# runs as written. Usage: cli_load_test.sh RETNET_BINARY SOURCE_DIR [sanitized|plain]
 set -u
 retnet=$1
 src=$2
+sanitized=${3:-plain}  # "sanitized": the held-out score (a minute in Release) is not run
 data=$src/tests/data
 model=$data/tiny-bytes
 work=$(mktemp -d)
@@ -142,8 +143,12 @@ if [ -n "$command" ]; then ok; else fail "README: no score command on the held-o
 file=${command##* }
 if [ -f "$src/$file" ] && [ "$(stat -c %s "$src/$file")" -eq 111540 ]; then ok; else fail "README's $file is not the 111,540-byte held-out text"; fi
 # shellcheck disable=SC2086
-if (cd "$src" && "$retnet" ${command#./build/tools/retnet} >"$work/out" 2>"$work/err"); then ok; else fail "README's score command: $(cat "$work/err")"; fi
-contains "held-out score as README and TRAINING.md state it" "$work/out" "tokens 111540, nats/token 1.5372,"
+if [ "$sanitized" = sanitized ]; then
+  echo "not run in this sanitized build: the README's score command (the Release build runs it)"
+else
+  if (cd "$src" && "$retnet" ${command#./build/tools/retnet} >"$work/out" 2>"$work/err"); then ok; else fail "README's score command: $(cat "$work/err")"; fi
+  contains "held-out score as README and TRAINING.md state it" "$work/out" "tokens 111540, nats/token 1.5372,"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
