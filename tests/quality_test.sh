@@ -49,7 +49,7 @@ check "f16: nats/byte are f32's (the F16 checkpoint's halves kept as they are)" 
   "${nats[f16]}" "${nats[f32]}"
 declare -A weight_bytes
 for t in f32 f16; do
-  "$retnet" bench -m "$model" --weights $t --prompt-len 4 --gen-len 1 --repeat 1 --threads 1 --json \
+  "$retnet" bench -m "$model" --weights $t --prompt-len 4 --gen-len 1 --repetitions 1 --threads 1 --json \
     >"$work/bench.$t" 2>"$work/err" || echo "bench --weights $t: $(tail -n 1 "$work/err")"
   weight_bytes[$t]=$(json_number "$work/bench.$t" weight_bytes)
 done

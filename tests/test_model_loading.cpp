@@ -111,7 +111,7 @@ TEST(LoadProgressTest, DisplayOffATerminalWritesOneSummaryLine) {
   char size[32];
   std::snprintf(size, sizeof size, "%.1f MB", mb);
   EXPECT_EQ(text.rfind("loaded models/x: " + std::string(size) + " in ", 0), 0u) << text;
-  EXPECT_NE(text.find(" s (F16 -> f32)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(" s (F16 -> f16)\n"), std::string::npos) << text;  // kept as stored
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
   EXPECT_EQ(text.find('\r'), std::string::npos) << text;
 }
