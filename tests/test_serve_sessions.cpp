@@ -1,8 +1,8 @@
-// The session store of `retnet serve` (tools/serve/local_session_store.hpp) against a folder that fails: a
-// save that cannot be written (read-only folder, a file-size limit, the disk quota) leaves the
-// session as it was, in memory and on disk, and no temporary file; quotas refuse rather than push
-// another session out; a damaged file (any byte changed, truncated, lengthened) is refused with a
-// message naming the session, and kept.
+// The session store of `retnet serve` (tools/serve/local_session_store.hpp) against a folder that
+// fails: a save that cannot be written (read-only folder, a file-size limit, the disk quota) leaves
+// the session as it was, in memory and on disk, and no temporary file; quotas refuse rather than
+// push another session out; a damaged file (any byte changed, truncated, lengthened) is refused
+// with a message naming the session, and kept.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
