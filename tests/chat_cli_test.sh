@@ -8,12 +8,8 @@ set -u
 export LC_ALL=C  # ${#s} counts bytes
 retnet=$1
 model=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/checks.sh"  # start_checks, ok, fail, json_number
+start_checks
 # The template's name from chat's stderr (its line also names the seed).
 template_line() { grep -m1 '^chat template: ' "$1" | sed 's/; seed: [0-9]*$//'; }
 same() {  # name, got, expected

@@ -9,17 +9,8 @@ data=$2
 model=$data/tiny-bytes
 tok=$data/tokenizers
 source_dir=$(cd "$data/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-
-expect_ok() {  # name, command...
-  local name=$1; shift
-  if "$@" >"$work/out" 2>"$work/err"; then ok; else fail "$name (exit $?): $(cat "$work/err")"; fi
-}
+. "$(dirname "$0")/checks.sh"  # start_checks, ok, fail, expect_ok, json_number
+start_checks
 # Exit status, exactly one line on stderr, and that line is `line` exactly.
 expect_line() {  # name, status, line, command...
   local name=$1 status=$2 line=$3; shift 3

@@ -10,17 +10,8 @@ src=$2
 sanitized=${3:-plain}  # "sanitized": the held-out score (a minute in Release) is not run
 data=$src/tests/data
 model=$data/tiny-bytes
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-
-expect_ok() {  # name, command...
-  local name=$1; shift
-  if "$@" >"$work/out" 2>"$work/err"; then ok; else fail "$name (exit $?): $(cat "$work/err")"; fi
-}
+. "$(dirname "$0")/checks.sh"  # start_checks, ok, fail, expect_ok, json_number
+start_checks
 # Non-zero exit, no crash, exactly one line on stderr holding every expected text.
 expect_error() {  # name, command..., then -- and the expected texts
   local name=$1; shift

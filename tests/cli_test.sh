@@ -6,17 +6,8 @@ set -u
 retnet=$1
 data=$2
 model=$data/tiny-bytes
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-
-expect_ok() {  # name, command...
-  local name=$1; shift
-  if "$@" >"$work/out" 2>"$work/err"; then ok; else fail "$name (exit $?): $(cat "$work/err")"; fi
-}
+. "$(dirname "$0")/checks.sh"  # start_checks, ok, fail, expect_ok, json_number
+start_checks
 expect_error() {  # name, expected text in the message, command...
   local name=$1 text=$2; shift 2
   "$@" >"$work/out" 2>"$work/err"
@@ -39,7 +30,6 @@ expect_usage_error() {  # name, expected text in the message, command...
 contains() {  # name, file, text
   if grep -qF -- "$3" "$2"; then ok; else fail "$1: '$3' not in $(head -c 300 "$2")"; fi
 }
-. "$(dirname "$0")/checks.sh"  # json_number
 # Succeeds when the awk condition over a and b holds (both must be numbers).
 holds() {  # a, b, condition on a and b
   [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" "BEGIN { exit !($3) }"

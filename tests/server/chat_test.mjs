@@ -7,22 +7,11 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import OpenAI from "openai";
 
-const [base, key, templateArg] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 });
-const model = "shakespeare";
-const format = templateArg === "plain" ? "{Role}:\n{content}\n\n" : fs.readFileSync(templateArg, "utf8");
-let failures = 0;
+import { check, model, openaiClient, results } from "./checks.mjs";
 
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failures += 1;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
+const [base, key, templateArg] = process.argv.slice(2);
+const client = openaiClient(base, key);
+const format = templateArg === "plain" ? "{Role}:\n{content}\n\n" : fs.readFileSync(templateArg, "utf8");
 
 // The template written out from docs/CHAT.md: each message in the format, then the assistant's
 // opening; the reply stops at the closing (trailing whitespace trimmed unless nothing is left)
@@ -153,5 +142,5 @@ await check("chat: bad requests are refused naming the field", async () => {
   assert.equal(parts.choices[0].message.content, whole.choices[0].message.content);
 });
 
-console.log(`${failures ? "FAILED" : "passed"}: chat checks`);
-process.exit(failures ? 1 : 0);
+console.log(`${results.failures ? "FAILED" : "passed"}: chat checks`);
+process.exit(results.failures ? 1 : 0);

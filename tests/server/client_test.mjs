@@ -7,21 +7,10 @@ import fs from "node:fs";
 import path from "node:path";
 import OpenAI from "openai";
 
-const [base, key, work, phase] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 });
-const model = "shakespeare";
-let failures = 0;
+import { check, model, openaiClient, results } from "./checks.mjs";
 
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failures += 1;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
+const [base, key, work, phase] = process.argv.slice(2);
+const client = openaiClient(base, key);
 
 /// Plain HTTP: { status, json, text }.
 async function call(method, route, body, { auth = key, raw = false } = {}) {
@@ -410,5 +399,5 @@ async function afterRestart() {
 
 const t0 = Date.now();
 await (phase === "after-restart" ? afterRestart() : main());
-console.log(`${failures ? "FAILED" : "passed"}: client checks (${phase}) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-process.exit(failures ? 1 : 0);
+console.log(`${results.failures ? "FAILED" : "passed"}: client checks (${phase}) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+process.exit(results.failures ? 1 : 0);

@@ -6,21 +6,10 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 
-const [base, key] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 });
-const model = "shakespeare";
-let failures = 0;
+import { check, model, openaiClient, results } from "./checks.mjs";
 
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failures += 1;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
+const [base, key] = process.argv.slice(2);
+const client = openaiClient(base, key);
 
 async function call(method, route, body) {
   const headers = { Authorization: `Bearer ${key}` };
@@ -210,5 +199,5 @@ await check("JSON answers end with a newline", async () => {
   }
 });
 
-console.log(`${failures ? "FAILED" : "passed"}: sampling field checks`);
-process.exit(failures ? 1 : 0);
+console.log(`${results.failures ? "FAILED" : "passed"}: sampling field checks`);
+process.exit(results.failures ? 1 : 0);

@@ -121,7 +121,7 @@ status=0
 start_server
 echo "server on 127.0.0.1:$port (pid $pid)"
 cp "$here/client_test.mjs" "$here/browser_test.mjs" "$here/page_checks.mjs" "$work/"  # next to node_modules
-cp "$here/fields_test.mjs" "$here/chat_test.mjs" "$work/"
+cp "$here/fields_test.mjs" "$here/chat_test.mjs" "$here/checks.mjs" "$work/"
 timeout 240 node "$work/client_test.mjs" "http://127.0.0.1:$port" "$key" "$work" main || status=1
 timeout 120 node "$work/fields_test.mjs" "http://127.0.0.1:$port" "$key" || status=1
 timeout 120 node "$work/chat_test.mjs" "http://127.0.0.1:$port" "$key" plain || status=1
