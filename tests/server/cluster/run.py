@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Replicas of `retnet serve` sharing their sessions in Redis, behind HAProxy (ctest
-"ServerCluster"; docs/SERVER.md, "Scaling out"). Every reply is compared with a single server
+"ServerCluster"; docs/SCALING.md). Every reply is compared with a single server
 (one `retnet serve`, sessions in its memory) given the same requests, greedy:
 
   A  a session created on replica A and continued on B gives the single server's text
