@@ -15,13 +15,16 @@ struct DecoderLayerParams {
   Scalar eps = Scalar(1e-6);  // of the two pre-norms
 };
 
-template <typename Scalar>
+/// `Linear`: LinearWeight for inference, a dense Matrix for training and gradients.
+template <typename Scalar, typename Linear = LinearWeight<Scalar>>
 struct DecoderLayerWeights {
   Norm<Scalar> retention_norm;
-  RetentionWeights<Scalar> retention;
+  RetentionWeights<Scalar, Linear> retention;
   Norm<Scalar> final_norm;
-  FeedForwardWeights<Scalar> ffn;
+  FeedForwardWeights<Scalar, Linear> ffn;
 };
+template <typename Scalar>
+using DenseDecoderLayerWeights = DecoderLayerWeights<Scalar, Matrix<Scalar>>;
 
 template <typename Scalar>
 struct DecoderLayerWorkspace {

@@ -21,14 +21,17 @@ struct FeedForwardParams {
   Scalar eps = Scalar(1e-6);
 };
 
-template <typename Scalar>
+/// `Linear`: LinearWeight for inference, a dense Matrix for training and gradients.
+template <typename Scalar, typename Linear = LinearWeight<Scalar>>
 struct FeedForwardWeights {
-  LinearWeight<Scalar> fc1, gate;     // [F, d]; gate is GLU only
-  LinearWeight<Scalar> fc1_and_gate;  // [2F, d]: fused GLU only, instead of fc1 and gate
-  LinearWeight<Scalar> fc2;           // [d, F]
+  Linear fc1, gate;                   // [F, d]; gate is GLU only
+  Linear fc1_and_gate;                // [2F, d]: fused GLU only, instead of fc1 and gate
+  Linear fc2;                         // [d, F]
   Vector<Scalar> fc1_bias, fc2_bias;  // plain only
   Norm<Scalar> sub_norm;              // plain with subln only: LayerNorm over F
 };
+template <typename Scalar>
+using DenseFeedForwardWeights = FeedForwardWeights<Scalar, Matrix<Scalar>>;
 
 template <typename Scalar>
 struct FeedForwardWorkspace {

@@ -49,15 +49,19 @@ struct RetentionParams {
   }
 };
 
-template <typename Scalar>
+/// The block's weights. `Linear` is LinearWeight (panels of any weight type) for inference, or a
+/// dense Matrix for training and for the gradients, which have the weights' shapes.
+template <typename Scalar, typename Linear = LinearWeight<Scalar>>
 struct RetentionWeights {
-  LinearWeight<Scalar> q_proj;      // [H·dk, d]
-  LinearWeight<Scalar> k_proj;      // [Hkv·dk, d]
-  LinearWeight<Scalar> v_proj;      // [Hkv·dv, d]
-  LinearWeight<Scalar> g_proj;      // [H·dv, d]; only with an output gate
-  LinearWeight<Scalar> out_proj;    // [d, H·dv]
+  Linear q_proj;                    // [H·dk, d]
+  Linear k_proj;                    // [Hkv·dk, d]
+  Linear v_proj;                    // [Hkv·dv, d]
+  Linear g_proj;                    // [H·dv, d]; only with an output gate
+  Linear out_proj;                  // [d, H·dv]
   Vector<Scalar> head_norm_weight;  // [dv], shared by all heads; only with head_norm_weight
 };
+template <typename Scalar>
+using DenseRetentionWeights = RetentionWeights<Scalar, Matrix<Scalar>>;
 
 /// Where the rows of an activation matrix come from: row b·time + t is position start[b] + t of
 /// batch entry b, with the rotation of that position.

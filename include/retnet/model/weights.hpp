@@ -20,15 +20,17 @@ struct is_linear_weight : std::false_type {};
 template <typename Scalar>
 struct is_linear_weight<LinearWeight<Scalar>> : std::true_type {};
 
-template <typename Scalar>
+/// `Linear` is LinearWeight for inference (panels of any weight type), or a dense Matrix for
+/// training and for gradients (DenseModelWeights): the same names, shapes and walk either way.
+template <typename Scalar, typename Linear = LinearWeight<Scalar>>
 struct ModelWeights {
   // A tied model holds its embedding once, as the output projection. Embedding rows are gathered
   // from the panels (a few per token), so both are LinearWeights of the model's weight type.
-  LinearWeight<Scalar> embed;  // [vocab, d]; empty when tied, unless the checkpoint stored both
-  Norm<Scalar> embed_norm;     // layernorm_embedding only
-  std::vector<DecoderLayerWeights<Scalar>> layers;
+  Linear embed;             // [vocab, d]; empty when tied, unless the checkpoint stored both
+  Norm<Scalar> embed_norm;  // layernorm_embedding only
+  std::vector<DecoderLayerWeights<Scalar, Linear>> layers;
   Norm<Scalar> final_norm;
-  LinearWeight<Scalar> output;  // [vocab, d]: the output projection
+  Linear output;  // [vocab, d]: the output projection
 
   /// out[0, d) = the embedding of `token`.
   void embedding(Index token, Scalar* out) const {
@@ -109,7 +111,7 @@ struct ModelWeights {
     double bytes = 0;
     shapes.visit(c, [&](const std::string&, const auto& t, const std::vector<int64_t>& shape) {
       if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value) {
-        bytes += LinearWeight<Scalar>::bytes_for(shape[0], shape[1], type);
+        bytes += std::decay_t<decltype(t)>::bytes_for(shape[0], shape[1], type);
       } else {
         double n = sizeof(Scalar);
         for (int64_t extent : shape) n *= double(extent);
@@ -191,5 +193,8 @@ struct ModelWeights {
     if (!c.tie_embeddings) f(n.output, w.output, std::vector<int64_t>{vocab, d});
   }
 };
+
+template <typename Scalar>
+using DenseModelWeights = ModelWeights<Scalar, Matrix<Scalar>>;
 
 }  // namespace retnet
