@@ -61,21 +61,16 @@ inline const std::string& training_metadata(const SafetensorsFile& f, const std:
 
 }  // namespace detail
 
-/// Writes `dir`/config.json, model.safetensors and optimizer.safetensors for the trainer's
-/// current step. `dir` must exist.
+namespace detail {
+
+/// The three files of a checkpoint, written into `dir`.
 template <typename Scalar>
-void save_training_checkpoint(const std::string& dir, const Trainer<Scalar>& trainer) {
-  namespace fs = std::filesystem;
+void write_training_files(const std::string& dir, const Trainer<Scalar>& trainer) {
   const ModelConfig& c = trainer.config();
   const ModelWeights<Scalar> linear = linear_weights(c, trainer.weights());
-  const std::string staging = dir + "/.checkpoint-partial";
-  std::error_code ec;
-  fs::remove_all(staging, ec);
-  fs::create_directory(staging, ec);
-  if (ec) throw Error(staging + ": cannot create the staging folder (" + ec.message() + ")");
-  save_model(staging, c, linear);
-
+  save_model(dir, c, linear);
   std::vector<SavedTensor> tensors;  // the moments as they are held: float32 or float64
+  // parameter_views walks mutable weights; nothing is written through them here.
   auto& optimiser = const_cast<AdamW<Scalar>&>(trainer.optimiser());
   for (const auto& [prefix, moments] :
        {std::pair<const char*, DenseModelWeights<Scalar>*>{"m.", &optimiser.m},
@@ -91,12 +86,32 @@ void save_training_checkpoint(const std::string& dir, const Trainer<Scalar>& tra
       {"format", kTrainingStateFormat},
       {"step", std::to_string(optimiser.step)},
       {"rng", std::to_string(p.rng)},
-      {"cursors", detail::join_integers(p.cursors)},
+      {"cursors", join_integers(p.cursors)},
       {"batch", std::to_string(trainer.options().batch)},
       {"seq_len", std::to_string(trainer.options().seq_len)},
       {"fingerprint", std::to_string(model_fingerprint(c, linear))}};
-  save_safetensors(staging + "/" + kOptimizerFile, tensors, metadata);
+  save_safetensors(dir + "/" + kOptimizerFile, tensors, metadata);
+}
 
+}  // namespace detail
+
+/// Writes `dir`/config.json, model.safetensors and optimizer.safetensors for the trainer's
+/// current step. `dir` must exist. The files are written in `dir`/.checkpoint-partial, then
+/// moved in: a failure while writing leaves the previous checkpoint (and no staging folder).
+template <typename Scalar>
+void save_training_checkpoint(const std::string& dir, const Trainer<Scalar>& trainer) {
+  namespace fs = std::filesystem;
+  const std::string staging = dir + "/.checkpoint-partial";
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directory(staging, ec);
+  if (ec) throw Error(staging + ": cannot create the staging folder (" + ec.message() + ")");
+  try {
+    detail::write_training_files(staging, trainer);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
   for (const char* name : {"model.safetensors", "config.json", kOptimizerFile}) {
     fs::rename(staging + "/" + name, dir + "/" + name, ec);
     if (ec)
