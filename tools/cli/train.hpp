@@ -173,7 +173,6 @@ inline void copy_tokenizer_files(const std::string& from, const std::string& to)
   }
 }
 
-// Long: the loop reads best as one piece (step, report, evaluate, save).
 inline int train(const TrainFlags& f) {
   set_threads(f.threads);
   TrainInputs in = train_inputs(f);
@@ -189,6 +188,19 @@ inline int train(const TrainFlags& f) {
                long(parameter_count(in.config)), train_tokens, in.tokens.heldout.size(),
                long(trainer.steps_done()));
   int64_t saved_step = f.resume ? trainer.steps_done() : -1;
+  const auto kept = [&] {
+    return saved_step >= 0 ? "; the checkpoint of step " + std::to_string(saved_step) + " in " +
+                                 f.out + " is kept"
+                           : std::string("; nothing was saved");
+  };
+  const auto save = [&] {
+    try {
+      save_training_checkpoint(f.out, trainer);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + kept());
+    }
+    saved_step = trainer.steps_done();
+  };
   const int64_t first = trainer.steps_done();
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tokens = 0;
@@ -198,10 +210,7 @@ inline int train(const TrainFlags& f) {
     try {
       r = trainer.step();
     } catch (const Error& e) {
-      throw Error(std::string(e.what()) +
-                  (saved_step >= 0 ? "; the checkpoint of step " + std::to_string(saved_step) +
-                                         " in " + f.out + " is kept"
-                                   : "; nothing was saved"));
+      throw Error(std::string(e.what()) + kept());
     }
     tokens += r.tokens;
     std::string line = "step " + std::to_string(r.step) + "/" + std::to_string(f.steps);
@@ -220,12 +229,9 @@ inline int train(const TrainFlags& f) {
                   double(tokens) / std::max(elapsed, 1e-9));
     line += number + duration_text(per_step * double(f.steps - r.step));
     std::fprintf(stderr, "%s\n", line.c_str());
-    if ((f.save_every > 0 && r.step % f.save_every == 0) || r.step == last) {
-      save_training_checkpoint(f.out, trainer);
-      saved_step = r.step;
-    }
+    if ((f.save_every > 0 && r.step % f.save_every == 0) || r.step == last) save();
   }
-  if (saved_step < 0) save_training_checkpoint(f.out, trainer);
+  if (saved_step < 0) save();
   std::fprintf(stderr, "saved %s (step %ld)\n", f.out.c_str(), long(trainer.steps_done()));
   return 0;
 }
