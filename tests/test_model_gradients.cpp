@@ -31,6 +31,9 @@ Matrix<double> random_matrix(Index rows, Index cols, std::mt19937& rng, double s
 /// worst |numeric - analytic| / (1 + |numeric|).
 double worst_difference(double* x, const double* grad, Index n, const std::function<double()>& loss,
                         double h = 1e-5) {
+  // Thousands of tiny forwards: one thread, so that none waits for a descheduled team member
+  // on a busy machine.
+  retnet::set_num_threads(1);
   double worst = 0;
   for (Index i = 0; i < n; ++i) {
     const double saved = x[i];

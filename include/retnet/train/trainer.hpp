@@ -136,22 +136,23 @@ class Trainer {
     const Eigen::Map<const TokenMatrix> ids(tokens.data(), 1, time);
     ModelState<Scalar> state = model.new_state(1);
     Workspace<Scalar> ws;
-    model.forward_segments(
-        ids, Form::kChunkwise, chunk_size, state, ws,
-        [&](Index start, Index len, const Matrix<Scalar>& logits) {
-          for (Index r = 0; r < len && start + r + 1 < time; ++r) {
-            const auto row = logits.row(r);
-            const double max = row.maxCoeff();
-            const double log_sum =
-                max + std::log((row.array().template cast<double>() - max).exp().sum());
-            loss.sum += log_sum - double(row(tokens[start + r + 1]));
-            ++loss.count;
-          }
-        });
+    std::vector<int32_t> targets;
+    model.forward_segments(ids, Form::kChunkwise, chunk_size, state, ws,
+                           [&](Index start, Index len, const Matrix<Scalar>& logits) {
+                             targets.resize(static_cast<size_t>(len));
+                             for (Index r = 0; r < len; ++r)  // the last position predicts nothing
+                               targets[r] =
+                                   start + r + 1 < time ? tokens[start + r + 1] : kNoTarget;
+                             const LossSum part = cross_entropy(logits, targets.data(), kNoTarget);
+                             loss.sum += part.sum;
+                             loss.count += part.count;
+                           });
     return loss;
   }
 
  private:
+  static constexpr int32_t kNoTarget = -1;
+
   ModelConfig config_;
   TrainOptions options_;
   DenseModelWeights<Scalar> weights_, grads_;
