@@ -55,16 +55,14 @@ inline std::vector<int32_t> grad_input(const GradFlags& flags, int64_t vocab) {
   return ids;
 }
 
-/// Writes every gradient as float32 under its checkpoint name (the family prefix as io/save.hpp
-/// adds it), in the checkpoint's order. Returns the number of tensors.
-inline size_t save_gradients(const std::string& path, const ModelConfig& c,
+/// Writes every gradient as float32 under the name its tensor has in the folder `dir` (prefix and
+/// output alias as stored), in the checkpoint walk's order. Returns the number of tensors.
+inline size_t save_gradients(const std::string& path, const std::string& dir, const ModelConfig& c,
                              const DenseModelWeights<float>& grads) {
-  const FamilyTable& family = family_table(c.family);
+  const CheckpointReader reader(dir);
   std::vector<SavedTensor> tensors;
   grads.visit(c, [&](const std::string& name, const auto& t, const std::vector<int64_t>& shape) {
-    const char* stem = family.unprefixed_stem;
-    const std::string prefix = stem && name.rfind(stem, 0) == 0 ? "" : family.prefixes.front();
-    tensors.push_back({prefix + name, DType::F32, shape, t.data(), nullptr});
+    tensors.push_back({reader.info(name).name, DType::F32, shape, t.data(), nullptr});
   });
   save_safetensors(path, tensors);
   return tensors.size();
@@ -86,7 +84,7 @@ inline int grad(const GradFlags& flags) {
     nats = sequence_loss_and_gradients(c, w, ids, o, grads);
   }
   if (!std::isfinite(nats)) throw Error("grad: the loss is not finite (NaN or inf)");
-  const size_t count = save_gradients(flags.out, c, grads);
+  const size_t count = save_gradients(flags.out, flags.model, c, grads);
   const nlohmann::json j = {{"nats_per_token", nats},
                             {"predicted_tokens", static_cast<int64_t>(ids.size()) - 1},
                             {"tensors", count}};
