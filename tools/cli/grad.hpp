@@ -32,7 +32,9 @@ struct GradFlags {
     f.optional(tokens, "--tokens", "LIST", "comma-separated token ids (no tokenizer needed)");
     f.required(out, "--out", "F.safetensors", "where to write the float32 gradients");
     f.choice(mode, "--mode", "M", Form::kChunkwise, kAllForms, "parallel | chunkwise | recurrent");
-    declare_chunk_size(f, chunk_size);
+    // --chunk as `retnet train` spells it; --chunk-size as score, bench and generate do.
+    f.optional(chunk_size, "--chunk-size|--chunk", "C", {1, 1 << 20},
+               "chunk size of the chunkwise form (default: the config's)");
     tools::declare_threads(f, threads);
     f.toggle(recompute, "--recompute",
              "keep only each segment's layer inputs and recompute the rest in the backward");
