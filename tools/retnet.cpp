@@ -26,6 +26,7 @@
 #include "cli/info.hpp"
 #include "cli/score.hpp"
 #include "cli/tokenize.hpp"
+#include "cli/train.hpp"
 #include "flags.hpp"
 
 #ifndef RETNET_VERSION
@@ -84,6 +85,10 @@ const Command kCommands[] = {
     {"info", "retnet info -m DIR [--json]",
      "Describes a model folder: family, sizes, parameters, stored dtypes, tokenizer.",
      run<InfoFlags, info>},
+    {"train", "retnet train (--config FILE.json | -m DIR) --data FILE --out DIR [options]",
+     "Trains a model on a text file (AdamW, warmup and cosine decay); checkpoints that "
+     "generate and score load.",
+     run<TrainFlags, train>},
 };
 
 std::string overview() {
