@@ -22,6 +22,7 @@
 #include "cli/chat.hpp"
 #include "cli/convert.hpp"
 #include "cli/generate.hpp"
+#include "cli/grad.hpp"
 #include "cli/info.hpp"
 #include "cli/score.hpp"
 #include "cli/tokenize.hpp"
@@ -65,6 +66,10 @@ const Command kCommands[] = {
     {"score", "retnet score -m DIR (--text S | --file PATH | --tokens 1,2,3) [options]",
      "How well the model predicts a sequence: each token from the ones before it.",
      run<ScoreFlags, score>},
+    {"grad", "retnet grad -m DIR (--tokens 1,2,3 | --text S) --out F.safetensors [options]",
+     "The mean next-token loss of one sequence and the gradient of every parameter, written "
+     "as float32 under the checkpoint's tensor names.",
+     run<GradFlags, grad>},
     {"bench", "retnet bench (-m DIR | --config CONFIG.json) [options]",
      "Times reading a prompt and decoding after it.", run<BenchFlags, bench>},
     {"tokenize", "retnet tokenize -m DIR (--text S | --file PATH) [--json]",
