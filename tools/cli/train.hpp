@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <malloc.h>
 #include <memory>
 #include <optional>
 #include <retnet/retnet.hpp>
@@ -175,6 +176,11 @@ inline void copy_tokenizer_files(const std::string& from, const std::string& to)
 
 inline int train(const TrainFlags& f) {
   set_threads(f.threads);
+  // A training step allocates its layers' activations afresh; glibc would hand blocks of a few
+  // MB back to the OS after each use and page-fault them in again, which took half of a demo-
+  // model step. Blocks up to 32 MB (glibc's largest threshold) stay in the heap instead.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   TrainInputs in = train_inputs(f);
   std::error_code ec;
   std::filesystem::create_directories(f.out, ec);
