@@ -51,7 +51,7 @@ endfunction()
 # Installed: the entry headers and what they include, nothing else (no test helpers, and the
 # tokenizer.json reader only with RetNet::tokenizers).
 set(include_root "${WORK}/prefix/include")
-set(entries retnet/retnet.hpp retnet/kernels.hpp)
+set(entries retnet/retnet.hpp retnet/kernels.hpp retnet/training.hpp)
 if(tokenizers)
   list(APPEND entries retnet/tokenizers.hpp)
 endif()

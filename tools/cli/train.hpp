@@ -4,11 +4,12 @@
 // `generate` and `score` load, and --resume, which continues a run exactly where it stopped.
 #pragma once
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <malloc.h>
 #include <memory>
 #include <optional>
 #include <retnet/retnet.hpp>
