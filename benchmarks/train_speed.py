@@ -131,7 +131,10 @@ def main():
         results["configs"][os.path.relpath(config, ROOT)] = {
             "rounds": {f"{side} {t} threads": v for (side, t), v in runs.items()},
             "medians": medians, "best": best, "ratio": best["retnet"][0] / best["torch"][0]}
-        print(f"done {config}", file=sys.stderr)
+        (tt, tn), (rt, rn) = best["torch"], best["retnet"]
+        print(f"{os.path.relpath(config, ROOT)}: PyTorch {tt:,.0f} tok/s ({tn} threads), retnet "
+              f"{rt:,.0f} tok/s ({rn} threads), {rt / tt:.2f}x; medians {medians}",
+              file=sys.stderr, flush=True)
     print(f"CPU: {cpu}, {os.cpu_count()} logical CPUs; batch {args.batch} x {args.seq_len} "
           f"tokens, chunkwise chunk {args.chunk}; medians of {args.rounds} alternating rounds\n")
     print("| config | PyTorch tok/s (threads) | retnet tok/s (threads) | retnet / PyTorch | target |")

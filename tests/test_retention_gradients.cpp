@@ -6,6 +6,7 @@
 #include <random>
 #include <retnet/core/threads.hpp>
 #include <retnet/kernels.hpp>
+#include <retnet/kernels/retention_backward.hpp>
 #include <string>
 
 namespace {

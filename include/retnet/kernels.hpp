@@ -18,4 +18,3 @@
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
 #include "retnet/kernels/retention.hpp"
-#include "retnet/kernels/retention_backward.hpp"
