@@ -1,7 +1,8 @@
 // Gradients of every op and layer the decoder runs and of the whole model (ops/*_backward.hpp,
 // ops/cross_entropy.hpp, layers/*_backward.hpp, model/model_gradients.hpp), in double, against
 // central finite differences; the whole model's against differences of the INFERENCE model's
-// loss (RetNetModel on the same weights), an independent forward.
+// loss (RetNetModel on the same weights), an independent forward; with dropout, against
+// differences of the masked loss.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -326,6 +327,71 @@ TEST(ModelGradients, IgnoredTargetsAndCarriedState) {
       retnet::accumulate_gradients(c, w, tail, tail_targets, o, 1.0, carried, ws, scratch);
   EXPECT_NEAR(h.sum + t.sum, a.sum, 1e-12);
   EXPECT_EQ(carried.positions[0], 6);
+}
+
+TEST(OpGradients, DropoutMaskRateScaleAndKeys) {
+  // 300 positions of 2 sequences x 400 columns of ones: the share dropped is the rate (binomial
+  // sd 0.0008 here, bound 0.004), the rest scaled by 1 / (1 - rate).
+  const retnet::Dropout dropout{0.2, 77};
+  Matrix<double> x = Matrix<double>::Ones(2 * 300, 400);
+  retnet::apply_dropout(dropout, 300, {0, 0}, x);
+  const double dropped = double((x.array() == 0).count()) / double(x.size());
+  EXPECT_NEAR(dropped, 0.2, 0.004);
+  EXPECT_TRUE(((x.array() == 0) || (x.array() == 1.25)).all());
+  // Two sequences at the same positions get different masks; so do two sites or seeds.
+  EXPECT_GT((x.topRows(300).array() != x.bottomRows(300).array()).count(), 30000);
+  Matrix<double> site = Matrix<double>::Ones(600, 400), seed = site;
+  retnet::apply_dropout(dropout.at(1), 300, {0, 0}, site);
+  retnet::apply_dropout(retnet::Dropout{0.2, 78}, 300, {0, 0}, seed);
+  EXPECT_GT((site.array() != x.array()).count(), 60000);
+  EXPECT_GT((seed.array() != x.array()).count(), 60000);
+  // The mask follows the absolute position: positions 100..299 read as a later segment.
+  Matrix<double> later = Matrix<double>::Ones(2 * 200, 400);
+  retnet::apply_dropout(dropout, 200, {100, 100}, later);
+  EXPECT_EQ(later.topRows(200), x.middleRows(100, 200));
+  EXPECT_EQ(later.bottomRows(200), x.bottomRows(200));
+  // Rate 0 leaves x alone; a rate of 1 or a wrong row count is refused.
+  Matrix<double> same = Matrix<double>::Ones(4, 3);
+  retnet::apply_dropout(retnet::Dropout{}, 4, {0}, same);
+  EXPECT_EQ(same, Matrix<double>::Ones(4, 3));
+  EXPECT_THROW(retnet::apply_dropout(retnet::Dropout{1.0, 1}, 4, {0}, same), retnet::Error);
+  EXPECT_THROW(retnet::apply_dropout(dropout, 3, {0}, same), retnet::Error);
+}
+
+TEST(ModelGradients, DropoutMatchesFiniteDifferencesInEveryForm) {
+  // With dropout the loss is that of the masked network, a fixed function of the weights for a
+  // seed: its gradient against central differences of that loss, and the forms, chunk sizes
+  // and recomputation agree because a mask depends on the position, not on the segment.
+  const ModelConfig c = tiny_config();
+  DenseModelWeights<double> w = DenseModelWeights<double>::random(c, 14), reference, g;
+  retnet::GradientOptions o;
+  o.form = Form::kParallel;
+  o.dropout = {0.3, 5};
+  const double loss = retnet::sequence_loss_and_gradients(c, w, kTokens, o, reference);
+  retnet::GradientOptions plain = o;
+  plain.dropout.rate = 0;
+  EXPECT_GT(std::abs(loss - retnet::sequence_loss_and_gradients(c, w, kTokens, plain, g)), 1e-3);
+  for (const Form form : {Form::kChunkwise, Form::kRecurrent})
+    for (const Index chunk : {1, 3, 9})
+      for (const bool recompute : {false, true}) {
+        retnet::GradientOptions other = o;
+        other.form = form, other.chunk_size = chunk, other.recompute = recompute;
+        EXPECT_NEAR(retnet::sequence_loss_and_gradients(c, w, kTokens, other, g), loss, 1e-13);
+        EXPECT_LT(relative_difference(c, g, reference), 1e-10)
+            << retnet::form_name(form) << " chunk " << chunk << " recompute " << recompute;
+      }
+  std::vector<double*> grads;
+  reference.visit(c, [&](const std::string&, auto& t, const std::vector<int64_t>&) {
+    grads.push_back(t.data());
+  });
+  o.form = Form::kChunkwise;
+  size_t i = 0;
+  w.visit(c, [&](const std::string& name, auto& t, const std::vector<int64_t>&) {
+    const double worst = worst_difference(t.data(), grads[i++], t.size(), [&] {
+      return retnet::sequence_loss_and_gradients(c, w, kTokens, o, g);
+    });
+    EXPECT_LT(worst, 1e-6) << name;
+  });
 }
 
 TEST(ModelGradients, BadCallsAreRefused) {

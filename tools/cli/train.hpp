@@ -31,7 +31,7 @@ struct TrainFlags {
   Form mode;
   std::optional<Index> chunk;
   bool recompute, resume;
-  double lr, min_lr, weight_decay, clip, beta1, beta2, heldout_fraction;
+  double lr, min_lr, weight_decay, clip, beta1, beta2, heldout_fraction, dropout;
   std::optional<int> threads;
 
   void declare(FlagTable& f) {
@@ -48,6 +48,8 @@ struct TrainFlags {
     f.optional(chunk, "--chunk", "C", {1, 1 << 20},
                "chunk of the chunkwise form (default: the config's)");
     f.toggle(recompute, "--recompute", "keep only each segment's inputs; recompute the rest");
+    f.value(dropout, "--dropout", "P", 0, {0, 0.99},
+            "dropout on each layer's retention and FFN outputs (training only)");
     f.value(lr, "--lr", "X", 1e-3, {0, 10, tools::Bound::kExclusive}, "peak learning rate");
     f.value(min_lr, "--min-lr", "X", 1e-4, {0, 10}, "the cosine decay's floor");
     f.value(warmup, "--warmup", "N", 20, {0, 1000000000}, "steps of linear warmup");
@@ -78,6 +80,7 @@ struct TrainFlags {
     o.gradients.form = mode;
     o.gradients.chunk_size = chunk.value_or(0);
     o.gradients.recompute = recompute;
+    o.gradients.dropout.rate = dropout;
     o.adamw = {beta1, beta2, 1e-8, weight_decay};
     o.schedule = {lr, min_lr, warmup, steps};
     o.clip = clip;

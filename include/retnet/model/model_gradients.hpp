@@ -8,6 +8,9 @@
 //     x = E[token] (· sqrt(d)) (then norm ⊙ w_emb);  x = layer_l(x);  logits = norm(x) ⊙ w  Woutᵀ
 //     loss = Σ_{counted rows} cross_entropy(logits, target)       (ops/cross_entropy.hpp)
 //
+// Dropout (GradientOptions::dropout, training only) masks each layer's two branch outputs
+// (layers/decoder_layer_backward.hpp); the loss is then that of the masked network.
+//
 // The output head's backward runs in the forward pass, segment by segment, so logits are never
 // kept: what a segment keeps is the gradient of its last layer's output ([rows, d]).
 //
@@ -38,6 +41,7 @@ struct GradientOptions {
   Index chunk_size = 0;      // chunkwise segment length; <= 0: the config's recurrent_chunk_size
   bool recompute = false;    // keep only each segment's layer inputs; recompute in the backward
   int32_t ignore_id = -100;  // targets equal to this are not predicted
+  Dropout dropout;  // on each layer's two branch outputs (rate 0: none); site = the layer
 };
 
 /// What one segment keeps between the forward and the backward pass.
@@ -141,12 +145,13 @@ void segment_backward(const ModelConfig& c, const DecoderLayerParams<Scalar>& pa
       Matrix<Scalar> x = seg.layer_inputs[i];
       RetentionState<Scalar> state = seg.layer_states[i];
       DecoderLayerActivations<Scalar> saved;
-      decoder_layer_train(params, w.layers[i], x, seg.layout, o.form, state, saved);
+      decoder_layer_train(params, w.layers[i], x, seg.layout, o.form, state, saved,
+                          o.dropout.at(i));
       decoder_layer_backward(params, w.layers[i], seg.layout, o.form, saved, dx, ws.d_states[i],
-                             grads.layers[i]);
+                             grads.layers[i], o.dropout.at(i));
     } else {
       decoder_layer_backward(params, w.layers[i], seg.layout, o.form, seg.layers[i], dx,
-                             ws.d_states[i], grads.layers[i]);
+                             ws.d_states[i], grads.layers[i], o.dropout.at(i));
     }
   }
   if (c.layernorm_embedding) {
@@ -195,10 +200,10 @@ LossSum accumulate_gradients(const ModelConfig& c, const DenseModelWeights<Scala
         seg.layer_states[i] = state.layers[i];
         DecoderLayerActivations<Scalar> discarded;
         decoder_layer_train(params, w.layers[i], ws.x, seg.layout, o.form, state.layers[i],
-                            discarded);
+                            discarded, o.dropout.at(i));
       } else {
         decoder_layer_train(params, w.layers[i], ws.x, seg.layout, o.form, state.layers[i],
-                            seg.layers[i]);
+                            seg.layers[i], o.dropout.at(i));
       }
     }
     for (auto& p : state.positions) p += seg.len;

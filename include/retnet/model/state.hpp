@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/random.hpp"
 #include "retnet/kernels/retention_common.hpp"
 #include "retnet/model/config.hpp"
 #include "retnet/model/weights.hpp"
@@ -149,12 +150,7 @@ uint64_t model_fingerprint(const ModelConfig& config, const ModelWeights<Scalar>
   });
   if (weights.embed.size() && config.tie_embeddings)
     tensor("embed_tokens.weight (apart)", weights.embed);
-  // splitmix64's finaliser, so that similar models do not get similar fingerprints.
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
+  h = mix64(h);  // so that similar models do not get similar fingerprints
   return h == 0 ? 1 : h;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/random.hpp"
 
 namespace retnet {
 
@@ -108,13 +109,7 @@ class Xoshiro256 {
     // splitmix64 spreads any seed (0 included) over the 256-bit state, which must not
     // be all zero.
     uint64_t x = seed;
-    for (uint64_t& word : s_) {
-      x += 0x9E3779B97F4A7C15ull;
-      uint64_t z = x;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      word = z ^ (z >> 31);
-    }
+    for (uint64_t& word : s_) word = splitmix64(x);
   }
 
   uint64_t next() {

@@ -13,17 +13,10 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/random.hpp"
 #include "retnet/core/tensor.hpp"
 
 namespace retnet {
-
-/// SplitMix64 (Steele et al.): a 64-bit state, fully described by one integer.
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 /// The tokens of a text split into training and held-out parts.
 struct TokenSplit {

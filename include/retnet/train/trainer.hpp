@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "retnet/core/error.hpp"
+#include "retnet/core/random.hpp"
 #include "retnet/model/dense_weights.hpp"
 #include "retnet/model/model_gradients.hpp"
 #include "retnet/model/retnet_model.hpp"
@@ -26,7 +27,7 @@ struct TrainOptions {
   Index batch = 8;       // B streams per micro-batch
   Index seq_len = 128;   // T tokens per stream and micro-batch
   Index accumulate = 1;  // micro-batches per optimiser step
-  GradientOptions gradients;
+  GradientOptions gradients;  // gradients.dropout.seed is drawn per micro-batch from `seed`
   AdamWOptions adamw;
   LrSchedule schedule;
   double clip = 1.0;  // the global gradient norm's bound; <= 0: no clipping
@@ -114,10 +115,14 @@ class Trainer {
       for (Index i = 0; i < t.size(); ++i) predicted += t.data()[i] != options_.gradients.ignore_id;
     const Scalar grad_scale = static_cast<Scalar>(1.0 / double(std::max<int64_t>(1, predicted)));
     LossSum total;
+    GradientOptions gradient_options = options_.gradients;
     for (size_t i = 0; i < inputs.size(); ++i) {
+      // New dropout masks for every micro-batch of every step, the same after a resume.
+      gradient_options.dropout.seed =
+          mix64(options_.seed ^ mix64(uint64_t(optimiser_.step) * inputs.size() + i));
       ModelState<Scalar> state = zero_state<Scalar>(config_, inputs[i].rows());
       const LossSum part = accumulate_gradients(config_, weights_, inputs[i], targets[i],
-                                                options_.gradients, grad_scale, state, ws_, grads_);
+                                                gradient_options, grad_scale, state, ws_, grads_);
       total.sum += part.sum;
       total.count += part.count;
     }
