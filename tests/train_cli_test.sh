@@ -56,6 +56,38 @@ expect_ok "continue -m" "$retnet" train -m "$work/unbroken" --data "$text" --out
   --batch 2 --seq-len 16 --steps 2 --threads 1
 expect_ok "score loads the tuned output" "$retnet" score -m "$work/tuned" --text "To be"
 
+# A new model with a BPE tokenizer (Llama 2's): the text is read with it, its files are copied
+# into --out, and the folder generates and scores through it.
+llama2=$data/tokenizers/llama2
+sed 's/"vocab_size": 256/"vocab_size": 32000/' "$work/tiny.json" >"$work/bpe.json"
+expect_ok "train --tokenizer" "$retnet" train --config "$work/bpe.json" --tokenizer "$llama2" \
+  --data "$text" --out "$work/bpe" --batch 2 --seq-len 16 --steps 2 --threads 1
+if cmp -s "$llama2/tokenizer.json" "$work/bpe/tokenizer.json"; then ok; else fail "tokenizer.json not copied"; fi
+# 8 KB of English in Llama 2's pieces: about 3.5 bytes each, so far fewer tokens than bytes.
+bpe_tokens=$(sed -n 's/^training [0-9]* parameters on \([0-9]*\) tokens.*/\1/p' "$work/err")
+if [ -n "$bpe_tokens" ] && [ "$bpe_tokens" -lt 4000 ]; then ok; else
+  fail "--tokenizer: not read as BPE tokens: $(head -2 "$work/err")"; fi
+expect_ok "generate through the BPE tokenizer" "$retnet" generate -m "$work/bpe" -p "To be" -n 4 --seed 1
+expect_ok "tokenize with the trained folder" "$retnet" tokenize -m "$work/bpe" --text "To be"
+if [ "$(cat "$work/out")" = "$("$retnet" tokenize -m "$llama2" --text "To be")" ]; then ok; else
+  fail "trained folder tokenizes differently from $llama2"; fi
+expect_error "--tokenizer with -m" "--tokenizer is for a new model" "$retnet" train -m "$work/unbroken" \
+  --tokenizer "$llama2" --data "$text" --out "$work/x"
+expect_error "--tokenizer without tokenizer.json" "no tokenizer.json" "$retnet" train \
+  --config "$work/bpe.json" --tokenizer "$work/unbroken" --data "$text" --out "$work/x"
+expect_error "--tokenizer beyond vocab_size" "vocab_size is 256" "$retnet" train \
+  --config "$work/tiny.json" --tokenizer "$llama2" --data "$text" --out "$work/x"
+
+# Dropout: a run with it differs from one without, and stopping and resuming gives the same
+# bytes as an unbroken run (the masks follow the step, not the process).
+expect_ok "dropout" train6 --out "$work/dropout" --dropout 0.2
+if cmp -s "$work/dropout/model.safetensors" "$work/unbroken/model.safetensors"; then
+  fail "--dropout changed nothing"; else ok; fi
+expect_ok "dropout to step 3" train6 --out "$work/dropout-resumed" --dropout 0.2 --stop-after 3
+expect_ok "dropout resume" train6 --out "$work/dropout-resumed" --dropout 0.2 --resume
+same_files "dropout: resumed equals unbroken" "$work/dropout" "$work/dropout-resumed"
+expect_error "dropout out of range" "--dropout must be in" train6 --out "$work/x" --dropout 1
+
 # A full disk while saving: one line, exit 1, and the step-6 checkpoint as it was.
 cp -r "$work/unbroken" "$work/full"
 cp -r "$work/unbroken" "$work/before"

@@ -1,5 +1,6 @@
 // `retnet train`: trains a model on a text file (docs/TRAINING.md). A new model from a
-// config.json (random initial weights, byte-level tokens) or a model folder to continue; AdamW
+// config.json (random initial weights; byte-level tokens, or --tokenizer's) or a model folder
+// to continue; AdamW
 // with warmup and cosine decay, gradient accumulation, held-out evaluation, checkpoints that
 // `generate` and `score` load, and --resume, which continues a run exactly where it stopped.
 #pragma once
@@ -25,7 +26,7 @@
 namespace retnet::cli {
 
 struct TrainFlags {
-  std::optional<std::string> config, model, heldout;
+  std::optional<std::string> config, model, tokenizer, heldout;
   std::string data, out;
   int64_t steps, stop_after, batch, seq_len, accumulate, warmup, seed, eval_every, save_every;
   Form mode;
@@ -37,6 +38,8 @@ struct TrainFlags {
   void declare(FlagTable& f) {
     f.optional(config, "--config", "FILE.json", "a new model of this config (random weights)");
     f.optional(model, "-m|--model", "DIR", "a model folder to continue training");
+    f.optional(tokenizer, "--tokenizer", "DIR",
+               "with --config: the folder of a tokenizer.json for the new model (default: bytes)");
     f.required(data, "--data", "FILE", "the training text (at most 256 MiB)");
     f.required(out, "--out", "DIR", "where checkpoints are written (created if missing)");
     f.value(steps, "--steps", "N", 200, {1, 1000000000}, "optimiser steps");
@@ -105,8 +108,17 @@ inline TrainInputs train_inputs(const TrainFlags& f) {
   if (f.model && fs::equivalent(*f.model, f.out, ec))
     throw UsageError("train: --out is the -m folder " + *f.model +
                      "; write the trained model to another folder");
+  if (f.tokenizer && f.model)
+    throw UsageError("train: --tokenizer is for a new model (--config); -m " + *f.model +
+                     " trains with that folder's own tokenizer");
   TrainInputs in;
-  if (f.config) {
+  if (f.config && f.tokenizer) {
+    in.config = load_config_json(*f.config);
+    require_folder(*f.tokenizer);
+    if (!fs::is_regular_file(fs::path(*f.tokenizer) / "tokenizer.json", ec))
+      throw Error("--tokenizer " + *f.tokenizer + ": no tokenizer.json in this folder");
+    in.tokenizer = load_tokenizer(*f.tokenizer, in.config.vocab_size);
+  } else if (f.config) {
     in.config = load_config_json(*f.config);
     in.tokenizer = std::make_unique<ByteTokenizer>();
     if (in.config.vocab_size < ByteTokenizer::kVocabSize)
@@ -164,7 +176,7 @@ inline std::string duration_text(double seconds) {
   return text;
 }
 
-/// Copies the tokenizer's files of -m DIR beside the trained weights, so that the folder is
+/// Copies the tokenizer's files of -m DIR (or --tokenizer DIR) beside the trained weights, so that the folder is
 /// complete for `generate`, `score` and `chat`.
 inline void copy_tokenizer_files(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
@@ -193,7 +205,7 @@ inline int train(const TrainFlags& f) {
   const size_t train_tokens = in.tokens.train.size();
   Trainer<float> trainer(in.config, std::move(weights), std::move(in.tokens.train), f.options());
   if (f.resume) resume_training(f.out, trainer);
-  if (f.model) copy_tokenizer_files(*f.model, f.out);
+  if (f.model || f.tokenizer) copy_tokenizer_files(f.model ? *f.model : *f.tokenizer, f.out);
   std::fprintf(stderr, "training %ld parameters on %zu tokens (%zu held out) from step %ld\n",
                long(parameter_count(in.config)), train_tokens, in.tokens.heldout.size(),
                long(trainer.steps_done()));
