@@ -527,7 +527,8 @@ retnet::TokenMatrix demo_tokens(int64_t vocab = 256) {
 }
 
 TEST_F(F16Models, TheDemoModelKeepsItsHalves) {
-  // The demo checkpoint stores every tensor as F16: it loads as f16 by default, every weight is
+  // The demo checkpoint stores its linear maps and embedding as F16 (its norm weights as F32): it
+  // loads as f16 by default, every weight is
   // the checkpoint's half as it is (the f32 model holds the same values, exactly widened), and
   // the logits are the f32 model's: the same values in the same chains of multiply-adds (bound:
   // 1e-6 of the largest logit, for a summation order that might differ; measured 0).
