@@ -112,14 +112,14 @@ inline TrainInputs train_inputs(const TrainFlags& f) {
     throw UsageError("train: --tokenizer is for a new model (--config); -m " + *f.model +
                      " trains with that folder's own tokenizer");
   TrainInputs in;
+  if (f.config) in.config = load_config_json(*f.config);
   if (f.config && f.tokenizer) {
-    in.config = load_config_json(*f.config);
+    // load_tokenizer reads a folder without tokenizer.json as bytes: here that is a mistake.
     require_folder(*f.tokenizer);
     if (!fs::is_regular_file(fs::path(*f.tokenizer) / "tokenizer.json", ec))
       throw Error("--tokenizer " + *f.tokenizer + ": no tokenizer.json in this folder");
     in.tokenizer = load_tokenizer(*f.tokenizer, in.config.vocab_size);
   } else if (f.config) {
-    in.config = load_config_json(*f.config);
     in.tokenizer = std::make_unique<ByteTokenizer>();
     if (in.config.vocab_size < ByteTokenizer::kVocabSize)
       throw Error(*f.config + ": vocab_size " + std::to_string(in.config.vocab_size) +
@@ -176,8 +176,8 @@ inline std::string duration_text(double seconds) {
   return text;
 }
 
-/// Copies the tokenizer's files of -m DIR (or --tokenizer DIR) beside the trained weights, so that the folder is
-/// complete for `generate`, `score` and `chat`.
+/// Copies the tokenizer's files of -m DIR (or --tokenizer DIR) beside the trained weights, so that
+/// the folder is complete for `generate`, `score` and `chat`.
 inline void copy_tokenizer_files(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

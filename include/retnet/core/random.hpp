@@ -17,6 +17,8 @@ inline uint64_t mix64(uint64_t z) {
 
 /// SplitMix64's generator: advances a 64-bit state (any value, 0 included) and returns the next
 /// number of its stream.
-inline uint64_t splitmix64(uint64_t& state) { return mix64(state += 0x9e3779b97f4a7c15ull); }
+inline uint64_t splitmix64(uint64_t& state) {
+  return mix64(state += 0x9e3779b97f4a7c15ull);
+}
 
 }  // namespace retnet

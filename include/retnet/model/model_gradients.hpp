@@ -41,7 +41,7 @@ struct GradientOptions {
   Index chunk_size = 0;      // chunkwise segment length; <= 0: the config's recurrent_chunk_size
   bool recompute = false;    // keep only each segment's layer inputs; recompute in the backward
   int32_t ignore_id = -100;  // targets equal to this are not predicted
-  Dropout dropout;  // on each layer's two branch outputs (rate 0: none); site = the layer
+  Dropout dropout;           // on each layer's two branch outputs (rate 0: none); site = the layer
 };
 
 /// What one segment keeps between the forward and the backward pass.

@@ -24,9 +24,9 @@
 namespace retnet {
 
 struct TrainOptions {
-  Index batch = 8;       // B streams per micro-batch
-  Index seq_len = 128;   // T tokens per stream and micro-batch
-  Index accumulate = 1;  // micro-batches per optimiser step
+  Index batch = 8;            // B streams per micro-batch
+  Index seq_len = 128;        // T tokens per stream and micro-batch
+  Index accumulate = 1;       // micro-batches per optimiser step
   GradientOptions gradients;  // gradients.dropout.seed is drawn per micro-batch from `seed`
   AdamWOptions adamw;
   LrSchedule schedule;
