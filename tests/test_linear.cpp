@@ -235,7 +235,7 @@ TEST(ParallelFor, RunsEveryIndexOnceAndRethrowsABodysException) {
   std::vector<int> hits(100, 0);
   retnet::parallel_for(100, [&](Index i) { hits[static_cast<size_t>(i)] += 1; });
   EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 100);
-  // Thrown inside the OpenMP region, which it may not leave: caught there, rethrown after.
+  // Thrown on whichever thread ran that index: caught there, rethrown on the caller's.
   EXPECT_THROW(retnet::parallel_for(100,
                                     [&](Index i) {
                                       if (i == 37) throw std::bad_alloc();

@@ -7,7 +7,8 @@
 //                                   can move from one to another at any position
 //   default_decays, lm_decays       one decay per head
 //   Tensor4, Matrix, Index          the row-major Eigen types of core/tensor.hpp
-//   set_num_threads, num_threads    the OpenMP threads of the kernels
+//   set_num_threads, num_threads    the threads of the kernels (the library's pool, and
+//                                   OpenMP's for Eigen's products)
 //   Error and its subclasses        what the kernels throw on bad shapes
 //
 // Link RetNet::retnet. The other entry headers: retnet/retnet.hpp (models, loading,

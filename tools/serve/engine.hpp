@@ -202,7 +202,8 @@ class Engine {
   // -------------------------------------------------------------- the loop
 
   void run() {
-    if (options_.threads > 0) set_num_threads(options_.threads);  // OpenMP settings are per thread
+    if (options_.threads > 0)
+      set_num_threads(options_.threads);  // also this thread's OpenMP count for Eigen
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mutex_);

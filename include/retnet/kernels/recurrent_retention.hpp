@@ -43,11 +43,14 @@ void recurrent_retention_step(const Tensor3<Scalar>& q, const Tensor3<Scalar>& k
   detail::prepare_state(state, batch, heads, dk, dv);
   if (out.dimension(0) != batch || out.dimension(1) != heads || out.dimension(2) != dv)
     out.resize(batch, heads, dv);
-  parallel_for(batch * heads, [&](Index bh) {
-    detail::recurrent_step_head(q.data() + bh * dk, k.data() + bh * dk, v.data() + bh * dv,
-                                decays[bh % heads], dk, dv, state.data() + bh * dk * dv,
-                                out.data() + bh * dv);
-  });
+  parallel_for(
+      batch * heads,
+      [&](Index bh) {
+        detail::recurrent_step_head(q.data() + bh * dk, k.data() + bh * dk, v.data() + bh * dv,
+                                    decays[bh % heads], dk, dv, state.data() + bh * dk * dv,
+                                    out.data() + bh * dv);
+      },
+      2 * size_t(dk * dv) * sizeof(Scalar));
 }
 
 /// A whole sequence through the recurrence: q, k [batch, heads, T, dk], v [batch, heads, T, dv].
@@ -62,16 +65,20 @@ void recurrent_retention(const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
   detail::prepare_state(s, dims.batch, dims.heads, dims.dk, dims.dv);
   detail::resize_if_needed(out, dims.batch, dims.heads, dims.time, dims.dv);
 
-  parallel_for(dims.batch * dims.heads, [&](Index bh) {
-    const Index h = bh % dims.heads;
-    Scalar* sh = s.data() + bh * dims.dk * dims.dv;
-    for (Index n = 0; n < dims.time; ++n) {
-      const Index at = bh * dims.time + n;  // position n of this batch entry and head
-      detail::recurrent_step_head(q.data() + at * dims.dk, k.data() + at * dims.dk,
-                                  v.data() + at * dims.dv, decays[h], dims.dk, dims.dv, sh,
-                                  out.data() + at * dims.dv);
-    }
-  });
+  // Each step of a head reads and writes its dk x dv state: when decoding, kilobytes a head.
+  parallel_for(
+      dims.batch * dims.heads,
+      [&](Index bh) {
+        const Index h = bh % dims.heads;
+        Scalar* sh = s.data() + bh * dims.dk * dims.dv;
+        for (Index n = 0; n < dims.time; ++n) {
+          const Index at = bh * dims.time + n;  // position n of this batch entry and head
+          detail::recurrent_step_head(q.data() + at * dims.dk, k.data() + at * dims.dk,
+                                      v.data() + at * dims.dv, decays[h], dims.dk, dims.dv, sh,
+                                      out.data() + at * dims.dv);
+        }
+      },
+      2 * size_t(dims.time * dims.dk * dims.dv) * sizeof(Scalar));
 }
 
 /// As above, returning a new output tensor.

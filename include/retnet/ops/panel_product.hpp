@@ -81,18 +81,18 @@ void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const Linea
                 Scalar(0));
 }
 
-/// Thread t's share of a weight's panels: [edge(t), edge(t + 1)). Below 256 rows of W thread 0
+/// Share t of a weight's panels, of `shares`: [edge(t), edge(t + 1)). Below 256 rows of W share 0
 /// takes everything, since a share would be smaller than the cost of splitting.
 template <typename Scalar>
-Index panel_edge(const LinearWeight<Scalar>& w, Index threads, Index t) {
+Index panel_edge(const LinearWeight<Scalar>& w, Index shares, Index t) {
   if (w.rows() < 256) return t == 0 ? 0 : w.panels();
-  return w.panels() * t / threads;
+  return w.panels() * t / shares;
 }
 
-/// y_i = x W_iᵀ for i < count (weight_of(i) is W_i, output_of(i) is y_i, already shaped): each
-/// thread computes its share of the panels of every product in turn, in one parallel region, so
-/// W is read once in all and the threads meet once whatever the count: at decode sizes a region
-/// per product leaves one thread waiting at the end of each.
+/// y_i = x W_iᵀ for i < count (weight_of(i) is W_i, output_of(i) is y_i, already shaped): the
+/// panels are cut into a few shares per thread, and a share is that part of every product in
+/// turn, all in one parallel_for, so W is read once in all and the threads meet once whatever
+/// the count: at decode sizes a parallel_for per product leaves threads waiting at each.
 template <typename Scalar, typename WeightOf, typename OutputOf>
 void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of, OutputOf output_of,
                      bool integer_dots = kHasInt8Dots) {
@@ -105,25 +105,31 @@ void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of, 
     for (size_t i = 0; i < count; ++i) quantised |= is_block_quantised(weight_of(i).type());
     if (quantised) rounded.assign(x.data(), x.rows(), x.cols(), !integer_dots);
   }
-  const auto run = [&](Index t, Index threads) {
+  const auto run = [&](Index t, Index shares) {
     for (size_t i = 0; i < count; ++i) {
       const LinearWeight<Scalar>& w = weight_of(i);
       auto&& y = output_of(i);
-      const Index begin = panel_edge(w, threads, t), end = panel_edge(w, threads, t + 1);
+      const Index begin = panel_edge(w, shares, t), end = panel_edge(w, shares, t + 1);
       if (end > begin)
         panel_product<Scalar>(x, rounded, w, y.data(), y.outerStride(), begin, end, integer_dots);
     }
   };
-#ifdef _OPENMP
-  const Index threads = num_threads();
+  const int threads = num_threads();
   bool worth_splitting = false;
-  for (size_t i = 0; i < count; ++i) worth_splitting |= weight_of(i).rows() >= 256;
-  if (threads > 1 && worth_splitting && !omp_in_parallel()) {
-    parallel_for(threads, [&](Index t) { run(t, threads); });
-    return;
+  size_t weight_bytes = 0;
+  Index most_panels = 0;
+  for (size_t i = 0; i < count; ++i) {
+    worth_splitting |= weight_of(i).rows() >= 256;
+    weight_bytes += weight_of(i).stored_bytes();
+    most_panels = std::max(most_panels, weight_of(i).panels());
   }
-#endif
-  run(0, 1);
+  const Index shares = threads > 1 && worth_splitting
+                           ? parallel_pieces(most_panels, threads, weight_bytes / most_panels)
+                           : 1;
+  if (shares > 1)
+    parallel_for(shares, [&](Index t) { run(t, shares); });
+  else
+    run(0, 1);
 }
 
 }  // namespace detail

@@ -86,36 +86,33 @@ inline void quantize_rows(WeightType type, const float* values, Index rows, Inde
   RETNET_REQUIRE(is_block_quantised(type), "quantize_rows: q8 or q4 only");
   out.resize(type, rows, cols);
   const Index blocks = quant_blocks(cols), row_bytes = code_bytes(type, cols);
-  // Rows are independent: each thread takes a share (loading a model quantises billions).
-  const Index shares = std::min<Index>(rows, num_threads());
-  parallel_for(shares, [&](Index t) {
+  // Rows are independent: the threads share them (loading a model quantises billions).
+  parallel_for(rows, [&](Index r) {
     int levels[kQuantBlock];
-    for (Index r = rows * t / shares; r < rows * (t + 1) / shares; ++r) {
-      const float* w = values + r * cols;
-      uint8_t* codes = out.codes.data() + r * row_bytes;
-      for (Index b = 0; b < blocks; ++b) {
-        const Index c0 = b * kQuantBlock, n = std::min(kQuantBlock, cols - c0);
-        float extreme = 0;  // the value of largest magnitude
+    const float* w = values + r * cols;
+    uint8_t* codes = out.codes.data() + r * row_bytes;
+    for (Index b = 0; b < blocks; ++b) {
+      const Index c0 = b * kQuantBlock, n = std::min(kQuantBlock, cols - c0);
+      float extreme = 0;  // the value of largest magnitude
+      for (Index c = 0; c < n; ++c)
+        if (std::abs(w[c0 + c]) > std::abs(extreme)) extreme = w[c0 + c];
+      const uint16_t scale =
+          float_to_half(type == WeightType::kQ8 ? std::abs(extreme) / 127 : -extreme / 8);
+      const float s = half_to_float(scale);
+      if (!std::isfinite(s))
+        throw InvalidArgument(std::string(weight_type_name(type)) + ": values up to " +
+                              std::to_string(std::abs(extreme)) +
+                              " in a block are beyond a binary16 scale");
+      out.scales[r * blocks + b] = scale;
+      if (type == WeightType::kQ8) {
         for (Index c = 0; c < n; ++c)
-          if (std::abs(w[c0 + c]) > std::abs(extreme)) extreme = w[c0 + c];
-        const uint16_t scale =
-            float_to_half(type == WeightType::kQ8 ? std::abs(extreme) / 127 : -extreme / 8);
-        const float s = half_to_float(scale);
-        if (!std::isfinite(s))
-          throw InvalidArgument(std::string(weight_type_name(type)) + ": values up to " +
-                                std::to_string(std::abs(extreme)) +
-                                " in a block are beyond a binary16 scale");
-        out.scales[r * blocks + b] = scale;
-        if (type == WeightType::kQ8) {
-          for (Index c = 0; c < n; ++c)
-            levels[c] = s != 0 ? int(std::clamp(std::nearbyint(w[c0 + c] / s), -127.f, 127.f)) : 0;
-          for (Index c = 0; c < n; ++c) codes[c0 + c] = uint8_t(int8_t(levels[c]));
-        } else {
-          for (Index c = 0; c < n; ++c)
-            levels[c] = s != 0 ? int(std::clamp(std::nearbyint(w[c0 + c] / s) + 8, 0.f, 15.f)) : 8;
-          for (Index c = 0; c < n; c += 2)  // column 2j low, 2j + 1 high
-            codes[(c0 + c) / 2] = uint8_t(levels[c] | (c + 1 < n ? levels[c + 1] << 4 : 0));
-        }
+          levels[c] = s != 0 ? int(std::clamp(std::nearbyint(w[c0 + c] / s), -127.f, 127.f)) : 0;
+        for (Index c = 0; c < n; ++c) codes[c0 + c] = uint8_t(int8_t(levels[c]));
+      } else {
+        for (Index c = 0; c < n; ++c)
+          levels[c] = s != 0 ? int(std::clamp(std::nearbyint(w[c0 + c] / s) + 8, 0.f, 15.f)) : 8;
+        for (Index c = 0; c < n; c += 2)  // column 2j low, 2j + 1 high
+          codes[(c0 + c) / 2] = uint8_t(levels[c] | (c + 1 < n ? levels[c + 1] << 4 : 0));
       }
     }
   });
