@@ -189,7 +189,7 @@ class ThreadPool {
   }
 
   bool watch_for_work() const {
-    const auto until = std::chrono::steady_clock::now() + kWatchBeforeSleep;
+    const Clock::time_point until = Clock::now() + kWatchBeforeSleep;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (claimable(claim_.load(std::memory_order_relaxed)) ||
@@ -197,7 +197,7 @@ class ThreadPool {
           return true;
         cpu_relax();
       }
-      if (std::chrono::steady_clock::now() > until) return false;
+      if (Clock::now() > until) return false;
     }
   }
 

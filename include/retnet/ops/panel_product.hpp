@@ -81,11 +81,9 @@ void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const Linea
                 Scalar(0));
 }
 
-/// Share t of a weight's panels, of `shares`: [edge(t), edge(t + 1)). Below 256 rows of W share 0
-/// takes everything, since a share would be smaller than the cost of splitting.
+/// Share t of a weight's panels, of `shares`: [edge(t), edge(t + 1)).
 template <typename Scalar>
 Index panel_edge(const LinearWeight<Scalar>& w, Index shares, Index t) {
-  if (w.rows() < 256) return t == 0 ? 0 : w.panels();
   return w.panels() * t / shares;
 }
 
@@ -115,15 +113,14 @@ void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of, 
     }
   };
   const int threads = num_threads();
-  bool worth_splitting = false;
+  // The bytes read decide the split (parallel_pieces keeps every share above kMinBytesPerPiece).
   size_t weight_bytes = 0;
   Index most_panels = 0;
   for (size_t i = 0; i < count; ++i) {
-    worth_splitting |= weight_of(i).rows() >= 256;
     weight_bytes += weight_of(i).stored_bytes();
     most_panels = std::max(most_panels, weight_of(i).panels());
   }
-  const Index shares = threads > 1 && worth_splitting
+  const Index shares = threads > 1 && most_panels > 0
                            ? parallel_pieces(most_panels, threads, weight_bytes / most_panels)
                            : 1;
   if (shares > 1)

@@ -86,8 +86,7 @@ inline void quantize_rows(WeightType type, const float* values, Index rows, Inde
   RETNET_REQUIRE(is_block_quantised(type), "quantize_rows: q8 or q4 only");
   out.resize(type, rows, cols);
   const Index blocks = quant_blocks(cols), row_bytes = code_bytes(type, cols);
-  // Rows are independent: the threads share them (loading a model quantises billions).
-  parallel_for(rows, [&](Index r) {
+  const auto quantize_row = [&](Index r) {
     int levels[kQuantBlock];
     const float* w = values + r * cols;
     uint8_t* codes = out.codes.data() + r * row_bytes;
@@ -115,7 +114,10 @@ inline void quantize_rows(WeightType type, const float* values, Index rows, Inde
           codes[(c0 + c) / 2] = uint8_t(levels[c] | (c + 1 < n ? levels[c + 1] << 4 : 0));
       }
     }
-  });
+  };
+  // Rows are independent: the threads share them (loading a model quantises billions), each
+  // reading cols floats.
+  parallel_for(rows, quantize_row, size_t(cols) * sizeof(float));
 }
 
 /// A q8/q4 product's other operand: rows of x rounded to int8 per block of 32 columns, as the
