@@ -67,7 +67,7 @@ message("installed headers: ${count}, each included by an entry header")
 # retnet/kernels.hpp is the kernels alone: no model, files or JSON behind it.
 included_headers("${include_root}" kernel_headers retnet/kernels.hpp)
 foreach(header IN LISTS kernel_headers)
-  if(NOT header MATCHES "^retnet/(kernels\\.hpp|core/(error|tensor|threads|thread_pool)\\.hpp|kernels/)")
+  if(NOT header MATCHES "^retnet/(kernels\\.hpp|core/(error|tensor|threads|thread_pool|machine_load)\\.hpp|kernels/)")
     message(FATAL_ERROR "retnet/kernels.hpp includes ${header}")
   endif()
 endforeach()

@@ -1,8 +1,8 @@
 // One const model shared by several threads, each with its own Generator (and so its own
 // workspace): every thread's output equals the same prompt decoded alone, whether the library
 // runs on one thread or on its pool (core/thread_pool.hpp). And the pool itself: every index
-// once across many short jobs, concurrent callers, nested loops, exceptions, resizing. CI runs
-// this under ThreadSanitizer.
+// once across many short jobs, concurrent callers, nested loops, exceptions, resizing; and the
+// cores it leaves to other programs. CI runs this under ThreadSanitizer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,11 +14,16 @@
 #include <thread>
 #include <vector>
 
+#include "pool_ignores_load.hpp"
 #include "retnet/retnet.hpp"
 
 using namespace retnet;
 
 namespace {
+
+int machine_full_of_other_work() {
+  return 1000;
+}
 
 /// Runs `body` with the library's thread count set to `threads`, then puts it back.
 template <typename Body>
@@ -192,7 +197,8 @@ struct RecordedJob {
 // the workers take pieces again.
 TEST(ThreadPool, AfterALateWorkerTheNextJobsRunOnTheCallerThenSpreadAgain) {
   using namespace std::chrono_literals;
-  detail::ThreadPool pool;
+  detail::ThreadPool pool(
+      &retnet_test::load_unknown);  // the machine's other work must not decide this test
   pool.resize(1);
   bool saw_late_worker = false, next_job_on_caller = false;
   for (int attempt = 0; attempt < 20 && !next_job_on_caller; ++attempt) {
@@ -230,4 +236,50 @@ TEST(ThreadPool, LoopsOfSmallItemsStayOnTheCallingThread) {
         6, [&](Index i) { ran_on[size_t(i)] = std::this_thread::get_id(); }, 1024);
     EXPECT_EQ(std::count(ran_on.begin(), ran_on.end(), std::this_thread::get_id()), 6);
   });
+}
+
+TEST(MachineLoad, ReadsTheRunnableCountOfALoadavgLine) {
+  EXPECT_EQ(detail::parse_runnable_threads("0.52 0.58 0.59 3/467 12345\n"), 3);
+  EXPECT_EQ(detail::parse_runnable_threads("12.00 9.5 8 17/2048 1"), 17);
+  for (const char* bad : {"", "garbage", "0.5 0.5", "0.5 0.5 0.5 x/4 1", "0.5 0.5 0.5 3 1",
+                          "0.5 0.5 0.5 -3/4 1", "0.5 0.5 0.5 99999999999/4 1"})
+    EXPECT_EQ(detail::parse_runnable_threads(bad), -1) << bad;
+#ifdef __linux__
+  EXPECT_GE(detail::runnable_threads(), 1);  // this thread is running
+#endif
+}
+
+TEST(MachineLoad, WorkersTakeOnlyTheCoresOtherThreadsLeaveFree) {
+  using detail::workers_to_engage;
+  EXPECT_EQ(workers_to_engage(-1, 1, 2, 1), 1);  // unknown: every worker
+  EXPECT_EQ(workers_to_engage(2, 2, 2, 1), 1);   // only ours run
+  EXPECT_EQ(workers_to_engage(1, 2, 2, 1), 1);   // a worker counted awake had just slept
+  EXPECT_EQ(workers_to_engage(3, 2, 2, 1), 0);   // one competitor on 2 cores: the caller alone
+  EXPECT_EQ(workers_to_engage(2, 1, 2, 1), 0);   // the same with our worker asleep
+  EXPECT_EQ(workers_to_engage(5, 2, 16, 15), 12);
+  EXPECT_EQ(workers_to_engage(40, 1, 16, 15), 0);
+}
+
+// When every core is taken by other programs, the jobs run on their callers alone; where the
+// load is unknown, the workers take pieces.
+TEST(ThreadPool, OnAMachineFullOfOtherWorkJobsRunOnTheCaller) {
+  using namespace std::chrono_literals;
+  detail::ThreadPool busy(&machine_full_of_other_work);
+  busy.resize(1);
+  for (int job = 0; job < 20; ++job) {
+    RecordedJob recorded;
+    recorded.worker_piece_sleep = 10us;
+    busy.run(&RecordedJob::piece, &recorded, 2);
+    EXPECT_EQ(recorded.pieces_on_workers, 0) << "job " << job;
+  }
+  detail::ThreadPool unknown(&retnet_test::load_unknown);
+  unknown.resize(1);
+  bool spread = false;
+  for (int attempt = 0; attempt < 100 && !spread; ++attempt) {
+    RecordedJob recorded;
+    recorded.worker_piece_sleep = 10us;
+    unknown.run(&RecordedJob::piece, &recorded, 2);
+    spread = recorded.pieces_on_workers > 0;
+  }
+  EXPECT_TRUE(spread);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "allocation_counter.hpp"
+#include "pool_ignores_load.hpp"
 #include "retnet/retnet.hpp"
 
 using namespace retnet;

@@ -9,6 +9,7 @@
 #include <new>
 #include <random>
 
+#include "pool_ignores_load.hpp"
 #include "retnet/core/threads.hpp"
 #include "retnet/ops/linear.hpp"
 

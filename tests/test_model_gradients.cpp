@@ -11,6 +11,8 @@
 #include <retnet/model/model_gradients.hpp>
 #include <string>
 
+#include "pool_ignores_load.hpp"
+
 namespace {
 
 using retnet::Activation;

@@ -9,6 +9,8 @@
 #include <retnet/kernels/retention_backward.hpp>
 #include <string>
 
+#include "pool_ignores_load.hpp"
+
 namespace {
 
 using retnet::Form;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "pool_ignores_load.hpp"
 #include "retnet/train/training_checkpoint.hpp"
 #include "retnet/train/weight_init.hpp"
 #include "temp_dir.hpp"

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "npy.hpp"
+#include "pool_ignores_load.hpp"
 #include "retention_reference.hpp"
 #include "temp_dir.hpp"
 

@@ -430,10 +430,13 @@ inline int max_threads() {
   return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-/// --threads, on every command that computes: unset leaves every core to OpenMP.
+/// --threads, on every command that computes: unset takes every core. A ceiling: while other
+/// programs hold cores, the library's pool leaves them (core/thread_pool.hpp).
 inline void declare_threads(FlagTable& f, std::optional<int>& threads) {
-  f.optional(threads, "--threads", "N", Range<int>{1, max_threads()},
-             "threads (default: all cores; at most 4 x the hardware threads)");
+  f.optional(
+      threads, "--threads", "N", Range<int>{1, max_threads()},
+      "threads at most (default: all cores; fewer while other programs hold cores; at most 4 "
+      "x the hardware threads)");
 }
 
 /// --weights: the type of the linear maps (ops/weight_type.hpp), on every command that loads a

@@ -5,7 +5,10 @@
 // barrier that waits for every thread to turn up. A worker the operating system takes off its
 // core in the middle of a piece still makes the caller wait; when that wait is long (the cores
 // are taken by other work), the pool runs the jobs that follow on their callers alone for a
-// while, a window that doubles while it keeps happening (serial_window_).
+// while, a window that doubles while it keeps happening (serial_window_). And every 10 ms the
+// caller counts the machine's runnable threads (core/machine_load.hpp): only as many workers as
+// there are cores the other programs leave free take pieces, so that a busy machine's cores are
+// not shared three ways between a competitor, the caller and a worker.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +20,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "retnet/core/machine_load.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -69,9 +74,12 @@ struct InsideJob {
 class ThreadPool {
  public:
   using PieceFn = void (*)(void* context, uint32_t piece);
+  /// The machine's runnable threads now, or -1 where unknown (runnable_threads; tests give
+  /// their own).
+  using LoadProbe = int (*)();
   static constexpr uint32_t kMaxPieces = 0xFFFF;
 
-  ThreadPool() = default;
+  explicit ThreadPool(LoadProbe load_probe = &runnable_threads) : load_probe_(load_probe) {}
   ~ThreadPool() { resize(0); }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -90,14 +98,23 @@ class ThreadPool {
     for (std::thread& t : threads_) t.join();
     threads_.clear();
     stop_.store(false, std::memory_order_seq_cst);
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+    engaged_.store(workers, std::memory_order_relaxed);
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i] { work(i); });
     worker_count_.store(workers, std::memory_order_release);
   }
 
+  /// Counts the machine's load with `load_probe` from the next job on (a test's pool that must
+  /// spread whatever else the machine runs gives one that answers -1).
+  void set_load_probe(LoadProbe load_probe) {
+    std::lock_guard<std::mutex> busy(busy_);
+    load_probe_ = load_probe;
+    next_load_check_ = Clock::time_point{};
+  }
+
   /// fn(context, p) for every p in [0, pieces), pieces <= kMaxPieces, on the calling thread and
-  /// whichever workers arrive while pieces are left; returns when all have run, rethrowing the
-  /// first exception a piece threw. A caller inside another job, or one that finds the pool
-  /// running another thread's job, runs every piece itself.
+  /// whichever engaged workers arrive while pieces are left; returns when all have run,
+  /// rethrowing the first exception a piece threw. A caller inside another job, or one that
+  /// finds the pool running another thread's job, runs every piece itself.
   void run(PieceFn fn, void* context, uint32_t pieces) {
     const auto run_here = [&] {
       for (uint32_t p = 0; p < pieces; ++p) fn(context, p);
@@ -106,7 +123,8 @@ class ThreadPool {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock() || threads_.empty() || pieces < 2) return run_here();
     const Clock::time_point start = Clock::now();
-    if (start < serial_until_) {
+    if (start >= next_load_check_) engage_free_cores(start);
+    if (start < serial_until_ || engaged_.load(std::memory_order_relaxed) == 0) {
       busy.unlock();
       SerialOpenMpScope serial;  // as on the pool: no OpenMP team to wait for either
       InsideJob inside;
@@ -154,6 +172,26 @@ class ThreadPool {
   // How long an idle worker watches for the next job before it sleeps: decoding publishes one
   // every few microseconds, and a sleeping worker costs the caller a system call to wake.
   static constexpr std::chrono::microseconds kWatchBeforeSleep{100};
+  // How often the caller counts the machine's runnable threads: a read of /proc/loadavg costs a
+  // few microseconds, 0.05 % of this interval, and a competitor that starts is left its core
+  // within 10 ms.
+  static constexpr std::chrono::milliseconds kLoadCheckInterval{10};
+
+  /// Engages as many workers as the cores the machine's other runnable threads leave free.
+  void engage_free_cores(Clock::time_point now) {
+    next_load_check_ = now + kLoadCheckInterval;
+    const int workers = int(threads_.size());
+    const int awake = workers - sleepers_.load(std::memory_order_relaxed);
+    engaged_.store(workers_to_engage(load_probe_(), 1 + awake, cpus_, workers),
+                   std::memory_order_relaxed);
+  }
+
+  /// Whether worker `index` has pieces to claim: the job's claim first, so that the engaged
+  /// count its caller set before publishing it is the one read.
+  bool has_work_for(int index) const {
+    return claimable(claim_.load(std::memory_order_acquire)) &&
+           index < engaged_.load(std::memory_order_relaxed);
+  }
 
   /// A worker finished its piece long after the caller finished its own: it was off its core.
   /// Runs the next jobs serially for a window, twice the last one if the last ended recently.
@@ -188,31 +226,30 @@ class ThreadPool {
     return ran;
   }
 
-  bool watch_for_work() const {
+  bool watch_for_work(int index) const {
     const Clock::time_point until = Clock::now() + kWatchBeforeSleep;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
-        if (claimable(claim_.load(std::memory_order_relaxed)) ||
-            stop_.load(std::memory_order_relaxed))
-          return true;
+        if (has_work_for(index) || stop_.load(std::memory_order_relaxed)) return true;
         cpu_relax();
       }
       if (Clock::now() > until) return false;
     }
   }
 
-  void work() {
+  /// Worker `index`: it claims pieces while the caller engages it (index < engaged_).
+  void work(int index) {
     t_inside_pool_job = true;
 #ifdef _OPENMP
     omp_set_num_threads(1);
 #endif
     while (!stop_.load(std::memory_order_acquire)) {
-      if (run_claimed_pieces() || watch_for_work()) continue;
+      const bool engaged = index < engaged_.load(std::memory_order_relaxed);
+      if (engaged && (run_claimed_pieces() || watch_for_work(index))) continue;
       std::unique_lock<std::mutex> lock(sleep_mutex_);
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      wake_.wait(lock, [this] {
-        return stop_.load(std::memory_order_seq_cst) ||
-               claimable(claim_.load(std::memory_order_seq_cst));
+      wake_.wait(lock, [this, index] {
+        return stop_.load(std::memory_order_seq_cst) || has_work_for(index);
       });
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
@@ -227,9 +264,14 @@ class ThreadPool {
   std::mutex error_mutex_;
 
   std::mutex busy_;  // held by the thread whose job the workers serve, and by resize
-  // Guarded by busy_: until when jobs run on their callers alone, and how long that last was.
+  // Guarded by busy_: until when jobs run on their callers alone, and how long that last was;
+  // when the machine's runnable threads are counted next.
   Clock::time_point serial_until_{};
   Clock::duration serial_window_ = kMinSerialWindow;
+  Clock::time_point next_load_check_{};
+  LoadProbe load_probe_;
+  const int cpus_ = online_cpus();
+  std::atomic<int> engaged_{0};  // workers 0 .. engaged_ - 1 take pieces; set by the caller
   std::vector<std::thread> threads_;
   std::atomic<int> worker_count_{0};
   std::atomic<bool> stop_{false};
