@@ -190,6 +190,18 @@ struct RecordedJob {
   }
 };
 
+/// Whether a worker takes a piece of one of up to 100 two-piece jobs (the caller waits a while
+/// for it in each).
+bool workers_take_pieces(detail::ThreadPool& pool) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    RecordedJob job;
+    job.worker_piece_sleep = std::chrono::microseconds(10);
+    pool.run(&RecordedJob::piece, &job, 2);
+    if (job.pieces_on_workers > 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // A worker that finishes its piece milliseconds after the caller finished its own was off its
@@ -215,14 +227,7 @@ TEST(ThreadPool, AfterALateWorkerTheNextJobsRunOnTheCallerThenSpreadAgain) {
   EXPECT_TRUE(next_job_on_caller);
 
   std::this_thread::sleep_for(400ms);
-  bool spread_again = false;
-  for (int attempt = 0; attempt < 100 && !spread_again; ++attempt) {
-    RecordedJob job;
-    job.worker_piece_sleep = 10us;
-    pool.run(&RecordedJob::piece, &job, 2);
-    spread_again = job.pieces_on_workers > 0;
-  }
-  EXPECT_TRUE(spread_again);
+  EXPECT_TRUE(workers_take_pieces(pool));
 }
 
 TEST(ThreadPool, LoopsOfSmallItemsStayOnTheCallingThread) {
@@ -274,12 +279,5 @@ TEST(ThreadPool, OnAMachineFullOfOtherWorkJobsRunOnTheCaller) {
   }
   detail::ThreadPool unknown(&retnet_test::load_unknown);
   unknown.resize(1);
-  bool spread = false;
-  for (int attempt = 0; attempt < 100 && !spread; ++attempt) {
-    RecordedJob recorded;
-    recorded.worker_piece_sleep = 10us;
-    unknown.run(&RecordedJob::piece, &recorded, 2);
-    spread = recorded.pieces_on_workers > 0;
-  }
-  EXPECT_TRUE(spread);
+  EXPECT_TRUE(workers_take_pieces(unknown));
 }
