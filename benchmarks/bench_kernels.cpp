@@ -119,20 +119,27 @@ void BM_DecodeProduct(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 
-// A prompt chunk's products: 256 rows through the output projection (32000 x 512) and one
-// layer's matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (W in
-// panels, each thread multiplying its share of them), 1 = Eigen's own threaded GEMM of row-major W.
+// A prompt's products: T rows through the output projection (32000 x 512) and one layer's
+// matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (W in f32 panels,
+// each thread multiplying its share of them), 1 = Eigen's own threaded GEMM of row-major W,
+// 2 = retnet::linear with bf16 panels; range(2): T.
 void BM_PromptProduct(benchmark::State& state) {
-  const Index rows = 256, d = 512, dv = 864, ffn = 864;
+  const Index rows = state.range(2), d = 512, dv = 864, ffn = 864;
+  const int variant = static_cast<int>(state.range(1));
   std::vector<retnet::Matrix<float>> matrices;
   std::vector<retnet::LinearWeight<float>> panels;
   for (const auto& s : {std::pair<Index, Index>{32000, d}, {d, d}, {dv, d}, {d, dv}, {ffn, d}}) {
     matrices.push_back(retnet::Matrix<float>::Random(s.first, s.second));
-    panels.emplace_back(matrices.back());
+    panels.emplace_back(matrices.back(),
+                        variant == 2 ? retnet::WeightType::kBF16 : retnet::WeightType::kF32);
   }
   const retnet::Matrix<float> x512 = retnet::Matrix<float>::Random(rows, 512);
   const retnet::Matrix<float> x864 = retnet::Matrix<float>::Random(rows, 864);
-  retnet::Matrix<float> y;
+  // One output per matrix, written once before the timing and kept, as a model keeps its
+  // activations: a T x 32000 block of logits would otherwise be timed faulting in its pages
+  // (T = 2048: 262 MB; one iteration is all a repetition runs).
+  std::vector<retnet::Matrix<float>> ys;
+  for (const auto& w : matrices) ys.push_back(retnet::Matrix<float>::Zero(rows, w.rows()));
   const int before = retnet::num_threads();
   retnet::set_num_threads(static_cast<int>(state.range(0)));
   double flops = 0;
@@ -141,17 +148,19 @@ void BM_PromptProduct(benchmark::State& state) {
     for (size_t i = 0; i < matrices.size(); ++i) {
       const auto& w = matrices[i];
       const auto& x = w.cols() == 512 ? x512 : x864;
-      if (state.range(1) == 0) {
-        retnet::linear(x, panels[i], y);
+      if (variant != 1) {
+        retnet::linear(x, panels[i], ys[i]);
       } else {
-        y.resize(rows, w.rows());
-        y.noalias() = x * w.transpose();
+        ys[i].resize(rows, w.rows());
+        ys[i].noalias() = x * w.transpose();
       }
-      benchmark::DoNotOptimize(y.data());
+      benchmark::DoNotOptimize(ys[i].data());
     }
   }
   retnet::set_num_threads(before);
-  state.SetLabel(state.range(1) == 0 ? "retnet::linear" : "eigen threaded gemm");
+  state.SetLabel(variant == 0   ? "retnet::linear f32"
+                 : variant == 1 ? "eigen threaded gemm"
+                                : "retnet::linear bf16");
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
@@ -296,7 +305,12 @@ BENCHMARK(BM_TypedProduct)
     ->ArgsProduct({{1, 8, 256}, {0, 1, 2, 3, 4}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PromptProduct)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
+// Eigen's GEMM at T = 256 only: it is the slow side, there to show what the panels gain.
+BENCHMARK(BM_PromptProduct)
+    ->ArgsProduct({{1, 2}, {0, 2}, {256, 512, 2048}})
+    ->ArgsProduct({{1, 2}, {1}, {256}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeProduct)->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParallelRetention)
     ->RangeMultiplier(2)
