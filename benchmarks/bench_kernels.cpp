@@ -148,12 +148,10 @@ void BM_PromptProduct(benchmark::State& state) {
     for (size_t i = 0; i < matrices.size(); ++i) {
       const auto& w = matrices[i];
       const auto& x = w.cols() == 512 ? x512 : x864;
-      if (variant != 1) {
+      if (variant != 1)
         retnet::linear(x, panels[i], ys[i]);
-      } else {
-        ys[i].resize(rows, w.rows());
+      else
         ys[i].noalias() = x * w.transpose();
-      }
       benchmark::DoNotOptimize(ys[i].data());
     }
   }
