@@ -22,10 +22,11 @@ prompt or sampling) after a 16-token prompt: benchmarks/llama_cpp/decode_native.
 here against node-llama-cpp's prebuilt libllama (headers from the package's own git bundle), and
 benchmarks/llama_cpp/decode.mjs through node-llama-cpp's API. llama.cpp is credited with the
 faster of the two: on a 2-core machine node's JavaScript thread takes a core while a step runs,
-which slows llama.cpp's 2-thread steps several-fold. With --bench-kernels, `BM_ReadBandwidth/1024/2` (a 1 GiB array, 2 threads) is measured
-before each round; each retnet decode is also given as bytes per step x tokens/s over the
-median bandwidth. Every side keeps its median round. JSON on stdout (and --out FILE) and a
-table on stderr.
+which slows llama.cpp's 2-thread steps several-fold. With --bench-kernels,
+`BM_ReadBandwidth/1024/2` (a 1 GiB array, 2 threads) is measured right before each retnet run,
+and the run's bytes per step x tokens/s is taken over it (the median of these fractions is
+reported): on a shared machine the bandwidth moves by a quarter between minutes. Every side
+keeps its median round. JSON on stdout (and --out FILE) and a table on stderr.
 """
 import argparse
 import json
@@ -191,15 +192,16 @@ def main():
 def run_rounds(args, types, thread_counts, models):
     runs, bandwidths = {}, []
     for r in range(args.rounds):
-        if args.bench_kernels:
-            bandwidths.append(read_bandwidth(args.bench_kernels))
         for threads in thread_counts:
             for t in types:
+                bw = read_bandwidth(args.bench_kernels) if args.bench_kernels else None
                 rr = retnet_bench(args, t, threads)["decode_tokens_per_s"]
                 ll = {runner: llama_bench(args, runner, models[t]["gguf"], threads) for runner in LLAMA_RUNNERS}
-                runs.setdefault((t, threads), []).append({"retnet": rr, **ll})
+                runs.setdefault((t, threads), []).append({"retnet": rr, **ll, "read_bandwidth": bw})
+                if bw:
+                    bandwidths.append(bw)
                 log(f"round {r + 1} {t} {threads} threads: retnet {rr:.1f}, llama.cpp native "
-                    f"{ll['native']:.1f}, node {ll['node']:.1f} tok/s")
+                    f"{ll['native']:.1f}, node {ll['node']:.1f} tok/s" + (f", {bw / 1e9:.1f} GB/s" if bw else ""))
     return runs, bandwidths
 
 
@@ -215,8 +217,13 @@ def summarize(runs, bandwidths, models):
                "llama_cpp_node_tokens_per_s": med["node"], "retnet_over_llama_cpp": med["retnet"] / llama,
                "rounds": rounds, **models[t]}
         if bandwidth:
-            row["retnet_bandwidth_fraction"] = models[t]["retnet_step_bytes"] * med["retnet"] / bandwidth
-            row["llama_cpp_bandwidth_fraction"] = models[t]["llama_step_bytes"] * llama / bandwidth
+            # Each run against the bandwidth measured just before it: the machine's bandwidth
+            # moves by a quarter between minutes, more than the runs differ.
+            row["retnet_bandwidth_fraction"] = statistics.median(
+                models[t]["retnet_step_bytes"] * p["retnet"] / p["read_bandwidth"] for p in rounds)
+            row["llama_cpp_bandwidth_fraction"] = statistics.median(
+                models[t]["llama_step_bytes"] * max(p[r] for r in LLAMA_RUNNERS) / p["read_bandwidth"]
+                for p in rounds)
         results.append(row)
     best = {}
     for t in dict.fromkeys(row["type"] for row in results):

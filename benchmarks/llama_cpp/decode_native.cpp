@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   }
   std::vector<llama_token> prompt(prompt_len);
   for (int i = 0; i < prompt_len; i++) prompt[i] = i == 0 ? 1 : 300 + i;
-  // llama_synchronize is where llama.cpp books a step's time, as llama-bench calls it.
+  // A batch from llama_batch_get_one asks for its last token's logits, so every step runs the
+  // output head as generation does. llama_synchronize is where llama.cpp books a step's time.
   if (llama_decode(ctx, llama_batch_get_one(prompt.data(), prompt_len)) != 0) return 1;
   llama_synchronize(ctx);
   for (int i = 0; i < gen_len; i++) {
