@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decode speed of retnet beside llama.cpp on the same bytes per token, per weight type, in one run:
 
-    npm ci --prefix benchmarks/llama_cpp          # node-llama-cpp 3.22.1, once
+    npm install --prefix benchmarks/llama_cpp          # node-llama-cpp 3.22.1, once
     python3 benchmarks/llama_cpp_side_by_side.py build-rel/tools/retnet \\
         --config benchmarks/configs/base.json --bench-kernels build-rel/benchmarks/bench_kernels
     python3 benchmarks/llama_cpp_side_by_side.py build-rel/tools/retnet -m /tmp/retnet-1.3B-synthetic \\
@@ -167,7 +167,7 @@ def main():
     if args.gen_len < 2:
         ap.error("--gen-len must be at least 2")
     if not os.path.isdir(LLAMA_BINS):
-        sys.exit("llama_cpp_side_by_side: run `npm ci --prefix benchmarks/llama_cpp` first (linux-x64)")
+        sys.exit("llama_cpp_side_by_side: run `npm install --prefix benchmarks/llama_cpp` first (linux-x64)")
     types = args.types.split(",")
     for t in types:
         if t not in ("f32", "bf16", "q8", "q4"):
