@@ -38,6 +38,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from gguf_writer import nbytes, tensor_list  # noqa: E402
+from weight_types import bench  # noqa: E402
 
 PROMPT_LEN = 16
 NODE_LLAMA = os.path.join(HERE, "llama_cpp", "node_modules", "node-llama-cpp")
@@ -69,11 +70,8 @@ def model_shape(args):
 
 def retnet_bench(args, wtype, threads):
     source = ["-m", args.model] if args.model else ["--config", args.config]
-    cmd = [args.cli, "bench", *source, "--weights", wtype, "--threads", str(threads), "--json",
-           "--prompt-len", str(PROMPT_LEN), "--gen-len", str(args.gen_len), "--batch", "1",
-           "--repetitions", "3"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return bench(args.cli, source, wtype, threads, ["--prompt-len", str(PROMPT_LEN), "--gen-len",
+                                                    str(args.gen_len), "--batch", "1", "--repetitions", "3"])
 
 
 def llama_bench(args, runner, gguf, threads):
@@ -107,12 +105,8 @@ def read_bandwidth(bench_kernels):
     return json.loads(out)["benchmarks"][0]["GB/s"] * 1e9
 
 
-class LlamaShape(argparse.Namespace):
-    pass
-
-
 def llama_step_bytes(shape, wtype, ff, gen_len):
-    s = LlamaShape(type=wtype, ff=ff, **shape)
+    s = argparse.Namespace(type=wtype, ff=ff, **shape)  # gguf_writer's arguments
     weights = sum(nbytes(dims, t) for name, dims, t in tensor_list(s) if name != "token_embd.weight")
     mean_position = PROMPT_LEN + gen_len / 2
     return weights + 2 * shape["layers"] * mean_position * shape["dim"] * KV_BYTES
