@@ -122,7 +122,8 @@ void BM_DecodeProduct(benchmark::State& state) {
 // A prompt's products: T rows through the output projection (32000 x 512) and one layer's
 // matrices of the base config. range(0): threads; range(1): 0 = retnet::linear (W in f32 panels,
 // each thread multiplying its share of them), 1 = Eigen's own threaded GEMM of row-major W,
-// 2 = retnet::linear with bf16 panels; range(2): T.
+// 2 = retnet::linear with bf16 panels, 3 = the same with bf16 dots (x rounded to bfloat16:
+// vdpbf16ps where the CPU has AVX512-BF16); range(2): T.
 void BM_PromptProduct(benchmark::State& state) {
   const Index rows = state.range(2), d = 512, dv = 864, ffn = 864;
   const int variant = static_cast<int>(state.range(1));
@@ -131,7 +132,8 @@ void BM_PromptProduct(benchmark::State& state) {
   for (const auto& s : {std::pair<Index, Index>{32000, d}, {d, d}, {dv, d}, {d, dv}, {ffn, d}}) {
     matrices.push_back(retnet::Matrix<float>::Random(s.first, s.second));
     panels.emplace_back(matrices.back(),
-                        variant == 2 ? retnet::WeightType::kBF16 : retnet::WeightType::kF32);
+                        variant >= 2 ? retnet::WeightType::kBF16 : retnet::WeightType::kF32);
+    panels.back().set_bf16_dots(variant == 3);
   }
   const retnet::Matrix<float> x512 = retnet::Matrix<float>::Random(rows, 512);
   const retnet::Matrix<float> x864 = retnet::Matrix<float>::Random(rows, 864);
@@ -158,7 +160,8 @@ void BM_PromptProduct(benchmark::State& state) {
   retnet::set_num_threads(before);
   state.SetLabel(variant == 0   ? "retnet::linear f32"
                  : variant == 1 ? "eigen threaded gemm"
-                                : "retnet::linear bf16");
+                 : variant == 2 ? "retnet::linear bf16"
+                                : "retnet::linear bf16 dots");
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
@@ -190,6 +193,33 @@ void BM_FmaPeak(benchmark::State& state) {
       2.0 * kChains * kSteps * kLanes * threads * double(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
 }
+
+#ifdef RETNET_BF16_DOTS
+// BM_Bf16DotPeak: BM_FmaPeak for vdpbf16ps (AVX512-BF16), the floor of BM_PromptProduct's bf16
+// dots: 12 chains, each instruction two multiply-adds per float lane. range(0): threads.
+void BM_Bf16DotPeak(benchmark::State& state) {
+  constexpr int kChains = 12, kSteps = 1 << 16, kLanes = 16;
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<float> sink(static_cast<size_t>(threads) * kLanes);
+  for (auto _ : state) {
+    retnet::parallel_for(threads, [&](Index t) {
+      __m512 acc[kChains];
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(float(c + t));
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f);  // 0.996 twice
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // 1e-3 twice
+      for (int i = 0; i < kSteps; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+      for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+      _mm512_storeu_ps(sink.data() + t * kLanes, acc[0]);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      4.0 * kChains * kSteps * kLanes * threads * double(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Bf16DotPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
 
 // BM_ReadBandwidth: bytes per second of summing a float array (every thread its own contiguous
 // part, as a decode step's threads read their panels). range(0): MiB (the base config's decode
@@ -305,7 +335,7 @@ BENCHMARK(BM_TypedProduct)
     ->Unit(benchmark::kMillisecond);
 // Eigen's GEMM at T = 256 only: it is the slow side, there to show what the panels gain.
 BENCHMARK(BM_PromptProduct)
-    ->ArgsProduct({{1, 2}, {0, 2}, {256, 512, 2048}})
+    ->ArgsProduct({{1, 2}, {0, 2, 3}, {256, 512, 2048}})
     ->ArgsProduct({{1, 2}, {1}, {256}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -439,12 +439,20 @@ inline void declare_threads(FlagTable& f, std::optional<int>& threads) {
       "x the hardware threads)");
 }
 
-/// --weights: the type of the linear maps (ops/weight_type.hpp), on every command that loads a
-/// model; unset keeps the checkpoint's own.
-inline void declare_weights(FlagTable& f, std::optional<WeightType>& weights) {
+/// --bf16-dots: bf16 weights' products round x to bfloat16 too (LoadOptions::bf16_dots).
+inline void declare_bf16_dots(FlagTable& f, bool& bf16_dots) {
+  f.toggle(bf16_dots, "--bf16-dots",
+           "bf16 weights only: round x to bfloat16 inside the products too, on vdpbf16ps where "
+           "the CPU has AVX512-BF16 (about twice the prompt rate; docs/NUMERICS.md)");
+}
+
+/// --weights (the type of the linear maps, ops/weight_type.hpp; unset keeps the checkpoint's own)
+/// and --bf16-dots, on every command that loads a model for inference.
+inline void declare_load(FlagTable& f, LoadOptions& load) {
   f.optional(
-      weights, "--weights", "T",
+      load.weights, "--weights", "T",
       "weight type: f32 | f16 | bf16 | q8 | q4 (default: the checkpoint's own, f32 if another)");
+  declare_bf16_dots(f, load.bf16_dots);
 }
 
 }  // namespace retnet::tools

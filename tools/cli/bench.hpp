@@ -35,7 +35,7 @@ struct BenchFlags {
   std::optional<Index> chunk_size;
   LogitsMode logits;
   int repetitions;
-  bool json;
+  bool bf16_dots, json;
 
   void declare(FlagTable& f) {
     f.optional(model, "-m|--model", "DIR", "model folder (config.json + weights)");
@@ -47,6 +47,7 @@ struct BenchFlags {
                "threads, e.g. 1,2 (default: all cores; at most 4 x the hardware threads)");
     f.optional(weights, "--weights", "LIST",
                "weight types, e.g. f32,q8: f32 | bf16 | q8 | q4 (default: the checkpoint's own)");
+    tools::declare_bf16_dots(f, bf16_dots);
     f.choice(mode, "--mode", "M", Form::kChunkwise, kPromptForms,
              "prompt form: parallel | chunkwise");
     declare_chunk_size(f, chunk_size);
@@ -134,10 +135,14 @@ inline MeanSd mean_sd(const std::vector<double>& v) {
 
 /// The model of -m (its load shown on stderr) or random weights of --config, as `weights`.
 inline Model bench_model(const BenchFlags& flags, std::optional<WeightType> weights) {
-  if (flags.model) return tools::load_model_showing_progress(*flags.model, LoadOptions{weights});
+  LoadOptions options{weights};
+  options.bf16_dots = flags.bf16_dots;
+  if (flags.model) return tools::load_model_showing_progress(*flags.model, options);
   auto config = load_config_json(*flags.config);
   config.weights = weights.value_or(WeightType::kF32);
-  return Model(config, ModelWeights<float>::random(config, 1, config.weights));
+  auto random = ModelWeights<float>::random(config, 1, config.weights);
+  random.set_bf16_dots(config, flags.bf16_dots);
+  return Model(config, std::move(random));
 }
 
 /// One combination of the lists, and what its timed runs measured (the warm-up run is not
@@ -202,6 +207,7 @@ inline nlohmann::json row_json(const Model& model, const BenchFlags& flags, cons
           {"threads", row.threads},
           {"weights", weight_type_name(config.weights)},
           {"int8_dot_instructions", int8_dot_instructions()},
+          {"bf16_dots", flags.bf16_dots},
           {"mode", form_name(flags.mode)},
           {"logits", flags.logits == LogitsMode::kAll ? "all" : "last"},
           {"repetitions", flags.repetitions},
@@ -238,11 +244,12 @@ inline void print_table_head() {
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
 }
 
-inline void print_table_row(const Model& model, const BenchRow& row) {
+inline void print_table_row(const Model& model, const BenchFlags& flags, const BenchRow& row) {
   const auto& config = model.config();
-  std::printf("| %s | %d | %ld | %ld | %ld | %s | %s | %.1f | %.2f |\n",
-              weight_type_name(config.weights), row.threads, long(row.batch), long(row.prompt_len),
-              long(row.gen_len), plus_minus(row.prefill_tps).c_str(),
+  std::printf("| %s%s | %d | %ld | %ld | %ld | %s | %s | %.1f | %.2f |\n",
+              weight_type_name(config.weights), flags.bf16_dots ? " dots" : "", row.threads,
+              long(row.batch), long(row.prompt_len), long(row.gen_len),
+              plus_minus(row.prefill_tps).c_str(),
               row.gen_len ? plus_minus(row.decode_tps).c_str() : "-",
               model.weights().size_bytes(config) / 1e6, row.load_seconds);
   std::fflush(stdout);
@@ -271,7 +278,7 @@ inline int bench(const BenchFlags& flags) {
             if (flags.json)
               std::cout << row_json(model, flags, row).dump() << std::endl;
             else
-              print_table_row(model, row);
+              print_table_row(model, flags, row);
           }
   }
   if (flags.json) return 0;

@@ -31,7 +31,7 @@ struct ChatFlags {
   int64_t max_new_tokens;
   SamplerFlags sampler;
   std::optional<int> threads;
-  std::optional<WeightType> weights;
+  LoadOptions load;  // --weights, --bf16-dots
 
   void declare(FlagTable& f) {
     declare_model(f, model);
@@ -42,7 +42,7 @@ struct ChatFlags {
     f.value(max_new_tokens, "-n", "N", 256, {1, 1 << 24}, "most tokens in one reply");
     sampler.declare(f);
     tools::declare_threads(f, threads);
-    tools::declare_weights(f, weights);
+    tools::declare_load(f, load);
   }
 };
 
@@ -146,7 +146,7 @@ inline int chat(const ChatFlags& flags) {
   // folder's after, so that a bad -m gets the loader's message.
   std::optional<ChatTemplate> given;
   if (flags.chat_template) given = ChatTemplate::from_file(*flags.chat_template);
-  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, flags.load);
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
   const ChatTemplate chat_template = given ? *given : ChatTemplate::for_model_folder(flags.model);
   std::fprintf(stderr, "chat template: %s; seed: %llu\n", chat_template.name().c_str(),

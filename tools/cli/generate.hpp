@@ -31,7 +31,7 @@ struct GenerateFlags {
   SamplerFlags sampler;
   std::optional<int> threads;
   std::optional<Index> chunk_size;
-  std::optional<WeightType> weights;
+  LoadOptions load;  // --weights, --bf16-dots
   std::vector<std::string> stop;
   std::optional<std::string> save_state, load_state;
 
@@ -46,7 +46,7 @@ struct GenerateFlags {
     sampler.declare(f);
     tools::declare_threads(f, threads);
     declare_chunk_size(f, chunk_size);
-    tools::declare_weights(f, weights);
+    tools::declare_load(f, load);
     f.list(stop, "--stop", "TEXT",
            "stop before this text appears (several: before the first to appear)");
     f.optional(save_state, "--save-state", "F", "after reading the prompt, save the state to F");
@@ -92,7 +92,7 @@ inline int generate(const GenerateFlags& flags) {
   if (flags.save_state) state_out.emplace(*flags.save_state);
 
   const auto load_start = std::chrono::steady_clock::now();
-  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, flags.load);
   const auto tokenizer = load_tokenizer(flags.model, model.config().vocab_size);
   const double load_seconds = seconds_since(load_start);
   for (const auto& [id, bias] : params.sampler.logit_bias)

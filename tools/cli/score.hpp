@@ -25,7 +25,7 @@ struct ScoreFlags {
   Form mode;
   std::optional<Index> chunk_size;
   std::optional<int> threads;
-  std::optional<WeightType> weights;
+  LoadOptions load;  // --weights, --bf16-dots
   std::optional<std::string> logits_out;
   bool json;
 
@@ -37,7 +37,7 @@ struct ScoreFlags {
     f.choice(mode, "--mode", "M", Form::kChunkwise, kAllForms, "parallel | chunkwise | recurrent");
     declare_chunk_size(f, chunk_size);
     tools::declare_threads(f, threads);
-    tools::declare_weights(f, weights);
+    tools::declare_load(f, load);
     f.optional(logits_out, "--logits-out", "F.npy",
                "write float32 logits [T, vocab]; row t = logits after reading token t");
     f.toggle(json, "--json", "print one JSON object instead of text");
@@ -86,7 +86,7 @@ inline double negative_log_likelihood(const Model& model, const std::vector<int3
 
 inline int score(const ScoreFlags& flags) {
   set_threads(flags.threads);
-  const Model model = tools::load_model_showing_progress(flags.model, LoadOptions{flags.weights});
+  const Model model = tools::load_model_showing_progress(flags.model, flags.load);
   const Index vocab = model.config().vocab_size;
   const std::vector<int32_t> ids = score_input(flags, vocab);
   const Index time = static_cast<Index>(ids.size());

@@ -37,7 +37,7 @@ struct ServeOptions {
   std::string model_dir;       // -m; empty with random_weights
   std::string random_weights;  // --random-weights: a config.json, for development
   std::string chat_template;   // --chat-template FILE; empty: the model folder's
-  retnet::LoadOptions load;    // --weights
+  retnet::LoadOptions load;    // --weights, --bf16-dots
   int threads = 0;             // --threads; 0: the default (all cores)
   std::string host;
   int port = 0;  // 0: any free port
@@ -79,7 +79,7 @@ struct ServeFlags {
   int64_t session_ttl = 0, session_lease = 0;
   retnet::StatePrecision session_precision = retnet::StatePrecision::kNative;
   std::optional<int> threads;
-  std::optional<retnet::WeightType> weights;
+  retnet::LoadOptions load;  // --weights, --bf16-dots
 
   void declare(retnet::tools::FlagTable& f) {
     using retnet::tools::Range;
@@ -122,7 +122,7 @@ struct ServeFlags {
         "stored session states: f32, or bf16 (half the bytes, continuations drift; "
         "docs/SERVER.md)");
     retnet::tools::declare_threads(f, threads);
-    retnet::tools::declare_weights(f, weights);
+    retnet::tools::declare_load(f, load);
     f.value(prefill_chunk, "--prefill-chunk", "N", 64, Range<int64_t>{1, 1 << 16},
             "prompt tokens read between two decoding steps");
     f.value(max_tokens, "--max-tokens", "N", 4096, Range<int64_t>{1, 1 << 24},
@@ -234,7 +234,7 @@ std::optional<ServeOptions> read_options(int argc, char** argv) {
   o.model_dir = flags.model.value_or("");
   o.random_weights = flags.random_weights.value_or("");
   o.chat_template = flags.chat_template.value_or("");
-  o.load = retnet::LoadOptions{flags.weights};
+  o.load = flags.load;
   o.threads = flags.threads.value_or(0);
   o.host = flags.host;
   o.port = flags.port;
@@ -307,8 +307,9 @@ std::unique_ptr<Model> load_model(const ServeOptions& o, std::string& model_id) 
   auto config = retnet::load_config_json(o.random_weights);
   model_id = "random-" + std::filesystem::path(o.random_weights).stem().string();
   config.weights = o.load.weights.value_or(retnet::WeightType::kF32);
-  return std::make_unique<Model>(config,
-                                 retnet::ModelWeights<float>::random(config, 1, config.weights));
+  auto weights = retnet::ModelWeights<float>::random(config, 1, config.weights);
+  weights.set_bf16_dots(config, o.load.bf16_dots);
+  return std::make_unique<Model>(config, std::move(weights));
 }
 
 std::unique_ptr<retnet::Tokenizer> load_tokenizer(const ServeOptions& o, const Model& model) {

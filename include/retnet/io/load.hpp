@@ -88,6 +88,9 @@ struct LoadOptions {
   /// bf16 when every linear map is stored as F16 or as BF16 (their values kept as they are), f32
   /// otherwise (and always f32 for a double model).
   std::optional<WeightType> weights;
+  /// Round x to bfloat16 inside the products too (LinearWeight::set_bf16_dots; vdpbf16ps where
+  /// the CPU has AVX512-BF16): bf16 weights only.
+  bool bf16_dots = false;
   /// Called once before the first tensor is read (bytes_done 0) and once after each tensor, so
   /// that its last call has bytes_done == bytes_total; unset for none.
   std::function<void(const LoadProgress&)> progress;
@@ -249,6 +252,9 @@ ModelWeights<Scalar> load_weights(CheckpointReader& reader, ModelConfig& config,
   if (!std::is_same_v<Scalar, float> && options.weights && *options.weights != WeightType::kF32)
     throw InvalidArgument(std::string("weights ") + weight_type_name(*options.weights) +
                           ": only float models hold f16, bf16, q8 or q4 weights");
+  if (options.bf16_dots && type != WeightType::kBF16)
+    throw InvalidArgument(std::string("bf16 dots need bf16 weights, and these load as ") +
+                          weight_type_name(type) + " (ask for bf16: --weights bf16)");
   // Tied checkpoints usually omit the output projection; if one is stored anyway, use it (and
   // keep the embedding apart).
   const bool stored_output = config.tie_embeddings && reader.has("output_projection.weight");
@@ -291,6 +297,7 @@ ModelWeights<Scalar> load_weights(CheckpointReader& reader, ModelConfig& config,
   }
   reader.check_all_consumed();
   config.weights = type;
+  w.set_bf16_dots(config, options.bf16_dots);
   return w;
 }
 

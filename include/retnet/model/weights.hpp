@@ -51,6 +51,17 @@ struct ModelWeights {
     return n;
   }
 
+  /// Turns bf16 dots (LinearWeight::set_bf16_dots: x rounded to bfloat16 inside the products)
+  /// on or off for every linear map; on needs the config's weights to be bf16.
+  void set_bf16_dots(const ModelConfig& c, bool on) {
+    RETNET_REQUIRE(!on || c.weights == WeightType::kBF16,
+                   std::string("bf16 dots need bf16 weights, and these are ") +
+                       weight_type_name(c.weights) + " (ask for bf16: --weights bf16)");
+    visit(c, [&](const std::string&, auto& t, const std::vector<int64_t>&) {
+      if constexpr (is_linear_weight<std::decay_t<decltype(t)>>::value) t.set_bf16_dots(on);
+    });
+  }
+
   /// Calls f(logical_name, tensor, expected_shape) for every tensor the config asks for, in
   /// the naming of the config's family (without the checkpoint's prefix). The one place that
   /// maps tensor names and shapes onto this struct.

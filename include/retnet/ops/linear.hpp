@@ -8,6 +8,7 @@
 //   ops/linear_weight.hpp  LinearWeight: W in panels
 //   ops/panel_kernel.hpp   the float kernel (f32 panels, decoded f16/bf16: ops/float16_decode.hpp)
 //   ops/int8_product.hpp   the q8/q4 kernels, on each CPU's int8 dot products (ops/int8_dots.hpp)
+//   ops/bf16_dots.hpp      bf16 products over x rounded to bfloat16 (vdpbf16ps, AVX512-BF16)
 //   ops/prefetch.hpp       how far ahead, and into which cache, a kernel asks for W's bytes
 //   ops/panel_product.hpp  a product cut into slices for the caches and shares for the threads
 #pragma once

@@ -32,6 +32,7 @@ namespace retnet {
 /// The values are of one WeightType (ops/weight_type.hpp): Scalar itself (kF32), f16 or bf16
 /// panels that the products decode as they read them, or q8/q4 panels of int8 codes that the
 /// products multiply by x rounded to int8 (Int8Rows, ops/quantize.hpp), block of 32 by block.
+/// bf16 panels may ask for x rounded to bfloat16 as well (set_bf16_dots).
 template <typename Scalar>
 class LinearWeight {
  public:
@@ -59,6 +60,7 @@ class LinearWeight {
     RETNET_REQUIRE((type == WeightType::kF32 || std::is_same_v<Scalar, float>),
                    "LinearWeight: f16, bf16, q8 and q4 weights are for float models");
     type_ = type;
+    bf16_dots_ = false;
     rows_ = rows;
     cols_ = cols;
     panel_bytes_ = detail::PanelFormat::panel_bytes(type, cols, sizeof(Scalar));
@@ -125,6 +127,13 @@ class LinearWeight {
   }
 
   WeightType type() const { return type_; }
+  /// Whether the products of a bf16 weight round x to bfloat16 too (ops/bf16_dots.hpp): on CPUs
+  /// with AVX512-BF16 they then run on vdpbf16ps, twice the float rate for prompts.
+  bool bf16_dots() const { return bf16_dots_; }
+  void set_bf16_dots(bool on) {
+    RETNET_REQUIRE(!on || type_ == WeightType::kBF16, "LinearWeight: bf16 dots need bf16 weights");
+    bf16_dots_ = on;
+  }
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }
   Index size() const { return rows_ * cols_; }
@@ -215,6 +224,7 @@ class LinearWeight {
   }
 
   WeightType type_ = WeightType::kF32;
+  bool bf16_dots_ = false;
   Index rows_ = 0, cols_ = 0, panel_bytes_ = 0;
   std::vector<uint8_t, Eigen::aligned_allocator<uint8_t>> bytes_;
 };

@@ -8,6 +8,7 @@
 
 #include "retnet/core/tensor.hpp"
 #include "retnet/core/threads.hpp"
+#include "retnet/ops/bf16_dots.hpp"
 #include "retnet/ops/float16_decode.hpp"
 #include "retnet/ops/int8_dots.hpp"
 #include "retnet/ops/int8_product.hpp"
@@ -19,8 +20,37 @@
 namespace retnet {
 namespace detail {
 
+/// x rounded once per product for the weights that ask for it, in storage the calling thread
+/// keeps (so that decoding allocates nothing once it has seen its largest x).
+struct RoundedInputs {
+  Int8Rows int8;  // for q8/q4 weights
+  Bf16Rows bf16;  // for bf16 weights with bf16 dots
+};
+
+#ifdef RETNET_BF16_DOTS
+/// One slice of panel_product on vdpbf16ps: rows [i0, i0 + rows) of x's bfloat16 codes times
+/// positions [q0, q0 + depth) of panel `panel`. One row pairs the panel's rows in registers as it
+/// reads them; more rows pair them into a tile once for all their blocks (the same pairs, so
+/// the results agree bit for bit).
+inline void bf16_dots_slice(const Bf16Rows& x, Index i0, Index rows, const uint8_t* panel, Index q0,
+                            Index depth, float* y, Index ys, Index cols) {
+  using Kernel = Bf16Product;
+  const Kernel::PanelPairs pairs{reinterpret_cast<const uint16_t*>(panel) + q0 * Kernel::kWidth,
+                                 depth};
+  const uint16_t* x0 = x.codes.data() + i0 * x.stride + q0;
+  const Index count = (depth + 1) / 2;
+  if (rows == 1) return Kernel::block<1>(x0, x.stride, pairs, count, y, ys, cols, q0 > 0);
+  alignas(64) uint32_t tile[64 * Kernel::kWidth];  // depth <= 128: 64 pairs
+  const Kernel::TilePairs tiled = Kernel::write_tile(pairs, tile);
+  for_row_blocks<Kernel::kRows>(0, rows, [&](auto mr, Index i) {
+    Kernel::block<decltype(mr)::value>(x0 + i * x.stride, x.stride, tiled, count, y + i * ys, ys,
+                                       cols, q0 > 0);
+  });
+}
+#endif
+
 /// Columns [kWidth·first_panel, kWidth·end_panel) of y = x Wᵀ on the calling thread; `rounded`
-/// is x rounded for a q8/q4 W (Int8Rows), else unused.
+/// is x rounded for a q8/q4 W, or for a bf16 W with bf16 dots, else unused.
 ///
 /// Sums run kDepth values of q at a time, each depth slice's sum added to y: the panel's
 /// [kDepth][48] slice (24 KiB for float) stays in L1 while a block of kRowBlock rows of x passes
@@ -30,25 +60,34 @@ namespace detail {
 /// block of logits would not) and x's block (at most a few hundred KiB) stays in L2. Either way
 /// a row's sum is the same chain, so y's rows do not depend on how many rows x has.
 template <typename Scalar>
-void panel_product(const Matrix<Scalar>& x, const Int8Rows& rounded, const LinearWeight<Scalar>& w,
-                   Scalar* y, Index ys, Index first_panel, Index end_panel, bool integer_dots) {
+void panel_product(const Matrix<Scalar>& x, const RoundedInputs& rounded,
+                   const LinearWeight<Scalar>& w, Scalar* y, Index ys, Index first_panel,
+                   Index end_panel, bool integer_dots) {
   using Kernel = PanelKernel<Scalar>;
   constexpr Index kWidth = Kernel::kWidth, kDepth = 128, kRowBlock = 256;
   const Index m = x.rows(), k = x.cols(), n = w.rows();
   alignas(64) Scalar scratch[kDepth * kWidth];  // a decoded tile of an f16 or bf16 panel
   const bool few_rows = m <= 2 * Kernel::kRows;
+  const Scalar* x_rows = x.data();  // x, or x rounded to bfloat16 for the float kernel
+  if constexpr (std::is_same_v<Scalar, float>) {
+    if (w.bf16_dots() && !kHasBf16Dots) x_rows = rounded.bf16.values.data();
+  }
   const auto slice = [&](Index p, Index q0, Index i0, Index rows) {
     const Index c0 = p * kWidth, depth = std::min(kDepth, k - q0), cols = std::min(kWidth, n - c0);
     Scalar* yp = y + i0 * ys + c0;
     if constexpr (std::is_same_v<Scalar, float>) {
+#ifdef RETNET_BF16_DOTS
+      if (w.bf16_dots())
+        return bf16_dots_slice(rounded.bf16, i0, rows, w.packed_panel(p), q0, depth, yp, ys, cols);
+#endif
       if (is_block_quantised(w.type()))
-        return Int8Product::run(rounded, i0, i0 + rows, w.type(), w.packed_panel(p),
+        return Int8Product::run(rounded.int8, i0, i0 + rows, w.type(), w.packed_panel(p),
                                 q0 / kQuantBlock, quant_blocks(q0 + depth), yp, ys, cols,
                                 integer_dots);
     }
     const auto multiply = [&](const auto& panel_rows) {
       for_row_blocks<Kernel::kRows>(0, rows, [&](auto mr, Index i) {
-        Kernel::template block<decltype(mr)::value>(x.data() + (i0 + i) * k + q0, k, panel_rows,
+        Kernel::template block<decltype(mr)::value>(x_rows + (i0 + i) * k + q0, k, panel_rows,
                                                     depth, yp + i * ys, ys, cols, q0 > 0);
       });
     };
@@ -94,14 +133,16 @@ Index panel_edge(const LinearWeight<Scalar>& w, Index shares, Index t) {
 template <typename Scalar, typename WeightOf, typename OutputOf>
 void sliced_products(const Matrix<Scalar>& x, size_t count, WeightOf weight_of, OutputOf output_of,
                      bool integer_dots = kHasInt8Dots) {
-  // A q8/q4 product's x rounded once for all its threads, in storage the calling thread keeps
-  // (so that decoding allocates nothing once it has seen its largest x).
-  thread_local Int8Rows storage;
-  Int8Rows& rounded = storage;  // the lambda below must see this thread's, not a worker's
+  thread_local RoundedInputs storage;
+  RoundedInputs& rounded = storage;  // the lambda below must see this thread's, not a worker's
   if constexpr (std::is_same_v<Scalar, float>) {
-    bool quantised = false;
-    for (size_t i = 0; i < count; ++i) quantised |= is_block_quantised(weight_of(i).type());
-    if (quantised) rounded.assign(x.data(), x.rows(), x.cols(), !integer_dots);
+    bool quantised = false, bf16_dots = false;
+    for (size_t i = 0; i < count; ++i) {
+      quantised |= is_block_quantised(weight_of(i).type());
+      bf16_dots |= weight_of(i).bf16_dots();
+    }
+    if (quantised) rounded.int8.assign(x.data(), x.rows(), x.cols(), !integer_dots);
+    if (bf16_dots) rounded.bf16.assign(x.data(), x.rows(), x.cols(), !kHasBf16Dots);
   }
   const auto run = [&](Index t, Index shares) {
     for (size_t i = 0; i < count; ++i) {
