@@ -307,11 +307,11 @@ expect_usage_error "score --weights q7" "--weights: unknown weight type 'q7'" "$
 expect_usage_error "bench --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench -m "$model" --weights q7
 expect_usage_error "bench --config --weights q7" "--weights: unknown weight type 'q7'" "$retnet" bench --config "$model/config.json" --weights q7
 # --bf16-dots: bf16 weights' products round x to bfloat16 too, so the logits move; refused with
-# any other type (the demo folder's own is f16).
+# any other type (this folder's own is f32).
 expect_ok "score --weights bf16" "$retnet" score -m "$model" --tokens "$ids" --weights bf16 --logits-out "$work/bf16.npy" --threads 1
 expect_ok "score --weights bf16 --bf16-dots" "$retnet" score -m "$model" --tokens "$ids" --weights bf16 --bf16-dots --logits-out "$work/dots.npy" --threads 1
 if cmp -s "$work/bf16.npy" "$work/dots.npy"; then fail "--bf16-dots changed no logit"; else ok; fi
-expect_error "generate --bf16-dots on f16" "bf16 dots need bf16 weights, and these load as f16" "$retnet" generate -m "$model" -p hi --bf16-dots
+expect_error "generate --bf16-dots on f32" "bf16 dots need bf16 weights, and these load as f32" "$retnet" generate -m "$model" -p hi --bf16-dots
 expect_error "score --bf16-dots on q8" "bf16 dots need bf16 weights, and these load as q8" "$retnet" score -m "$model" --text hi --weights q8 --bf16-dots
 expect_error "bench --config --bf16-dots on f32" "bf16 dots need bf16 weights, and these are f32" "$retnet" bench --config "$model/config.json" --weights f32 --bf16-dots --prompt-len 4 --gen-len 1 --repetitions 1
 
