@@ -41,62 +41,97 @@ struct PanelKernel {
   static constexpr Index kWidth = PanelFormat::kWidth;
   static_assert(kWidth % kLanes == 0, "a panel row must be whole SIMD packets");
   static constexpr int kPackets = static_cast<int>(kWidth / kLanes);
-  /// A step of the loop below takes one panel row (kPackets packets) and MR values of x, one per
-  /// row, each broadcast to a packet. The operands either come panel first (the kPackets panel
-  /// packets held, x broadcast one row at a time) or x first (the MR broadcasts held, the panel
-  /// loaded a packet at a time); the order that holds more rows in the registers is used:
-  /// AVX-512 (32 registers, 3 packets) holds 9 rows panel first, 7 x first; AVX2 (16, 6) 1 panel
-  /// first, 2 x first.
-  static constexpr int kRowsPanelFirst = (kRegisters - kPackets - 1) / kPackets;
-  static constexpr int kRowsXFirst = (kRegisters - 1) / (kPackets + 1);
-  static constexpr bool kPanelFirst = kRowsPanelFirst >= kRowsXFirst;
-  /// Rows of x per block: the most that fit, rounded down to a power of two, so that a batch of
-  /// 8 and a prompt's 256-row block split into whole blocks (8 with AVX-512, 2 with AVX2).
-  static constexpr int kRows = floor_power_of_two(std::max({1, kRowsPanelFirst, kRowsXFirst}));
+  /// A step of the loop below takes one panel row (P packets of it) and MR values of x, one per
+  /// row, each broadcast to a packet. The operands either come panel first (the P panel packets
+  /// held, x broadcast one row at a time) or x first (the MR broadcasts held, the panel loaded a
+  /// packet at a time); the order that holds more rows in the registers is used. Rows of x per
+  /// block: the most that fit, rounded down to a power of two, so that a batch of 8 and a
+  /// prompt's 256-row block split into whole blocks.
+  template <int P>
+  struct Shape {
+    static constexpr int kRowsPanelFirst = (kRegisters - P - 1) / P;
+    static constexpr int kRowsXFirst = (kRegisters - 1) / (P + 1);
+    static constexpr bool kPanelFirst = kRowsPanelFirst >= kRowsXFirst;
+    static constexpr int kRows = floor_power_of_two(std::max({1, kRowsPanelFirst, kRowsXFirst}));
+  };
+  /// All of a panel row at once: AVX-512 (32 registers, 3 packets) holds 8 rows, panel first;
+  /// AVX2 (16, 6 packets) 2, x first.
+  static constexpr int kRows = Shape<kPackets>::kRows;
+  /// The packets a pass over a prompt's block of rows takes. AVX2's 2 rows x 6 packets load 14
+  /// operands for 12 multiply-adds, more than the loads keep up with; half a panel row at a time
+  /// holds 4 rows against 3 packets, 7 loads for 12, and the block passes the slice (in L1)
+  /// twice. Decoding (bound by reading W once) keeps whole rows.
+  static constexpr int kPromptPackets = kPackets > 3 && kPackets % 2 == 0 ? kPackets / 2 : kPackets;
 
-  /// y[i, c] (+)= Σ_{q < k} x[i, q] · panel[q, c] for i < MR, c < cols (<= kWidth): each step
-  /// multiplies one panel row by MR broadcast values of x. Every row is one chain of
-  /// multiply-adds in q order, whatever MR is, so a row's result never depends on the other rows
-  /// of x (a server's batch relies on it). Three chains per row (one per packet) keep enough
+  /// y[i, c] (+)= Σ_{q < k} x[i, q] · panel[q, c] for i < MR and the columns c < cols (<= kWidth)
+  /// of packets [J0, J0 + P): each step multiplies P packets of one panel row by MR broadcast
+  /// values of x. Every output is one chain of multiply-adds in q order, whatever MR and the
+  /// packets of the pass, so a row's result never depends on the other rows of x (a server's
+  /// batch relies on it). Three or more chains per row (one per packet) keep enough
   /// multiply-adds in flight at MR = 1, where reading W, not the adds, sets the pace.
-  template <int MR, typename Rows>
+  template <int MR, typename Rows, int J0 = 0, int P = kPackets>
   static void block(const Scalar* x, Index xs, const Rows& panel, Index k, Scalar* y, Index ys,
                     Index cols, bool accumulate) {
     namespace ei = Eigen::internal;
-    Packet acc[MR][kPackets];
+    static_assert(J0 >= 0 && P > 0 && J0 + P <= kPackets, "packets within a panel row");
+    Packet acc[MR][P];
     for (auto& row : acc)
       for (auto& a : row) a = ei::pset1<Packet>(Scalar(0));
     for (Index q = 0; q < k; ++q) {
       panel.template prefetch<MR>(q);
-      if constexpr (kPanelFirst) {
-        Packet w[kPackets];
-        for (int j = 0; j < kPackets; ++j) w[j] = panel.row(q, j);
+      if constexpr (Shape<P>::kPanelFirst) {
+        Packet w[P];
+        for (int j = 0; j < P; ++j) w[j] = panel.row(q, J0 + j);
         for (int i = 0; i < MR; ++i) {
           const Packet xb = ei::pset1<Packet>(x[i * xs + q]);
-          for (int j = 0; j < kPackets; ++j) acc[i][j] = ei::pmadd(xb, w[j], acc[i][j]);
+          for (int j = 0; j < P; ++j) acc[i][j] = ei::pmadd(xb, w[j], acc[i][j]);
         }
       } else {
         Packet xb[MR];
         for (int i = 0; i < MR; ++i) xb[i] = ei::pset1<Packet>(x[i * xs + q]);
-        for (int j = 0; j < kPackets; ++j) {
-          const Packet w = panel.row(q, j);
+        for (int j = 0; j < P; ++j) {
+          const Packet w = panel.row(q, J0 + j);
           for (int i = 0; i < MR; ++i) acc[i][j] = ei::pmadd(xb[i], w, acc[i][j]);
         }
       }
     }
+    constexpr Index c0 = J0 * kLanes, width = P * kLanes;
     for (int i = 0; i < MR; ++i) {
-      Scalar* yi = y + i * ys;
-      if (cols == kWidth) {
-        for (int j = 0; j < kPackets; ++j) {
+      Scalar* yi = y + i * ys + c0;
+      if (cols >= c0 + width) {
+        for (int j = 0; j < P; ++j) {
           Packet v = acc[i][j];
           if (accumulate) v = ei::padd(v, ei::ploadu<Packet>(yi + j * kLanes));
           ei::pstoreu(yi + j * kLanes, v);
         }
       } else {  // the zero-padded last panel: keep the valid columns
-        Scalar out[kWidth];
-        for (int j = 0; j < kPackets; ++j) ei::pstoreu(out + j * kLanes, acc[i][j]);
-        for (Index c = 0; c < cols; ++c) yi[c] = accumulate ? yi[c] + out[c] : out[c];
+        Scalar out[width];
+        for (int j = 0; j < P; ++j) ei::pstoreu(out + j * kLanes, acc[i][j]);
+        for (Index c = 0; c < cols - c0; ++c) yi[c] = accumulate ? yi[c] + out[c] : out[c];
       }
+    }
+  }
+
+  /// block() for rows [0, rows) of x in blocks of the shape's rows: whole panel rows (decoding),
+  /// or kPromptPackets at a time (`prompt`).
+  template <typename Rows>
+  static void rows_times_panel(const Scalar* x, Index xs, Index rows, const Rows& panel, Index k,
+                               Scalar* y, Index ys, Index cols, bool accumulate, bool prompt) {
+    const auto pass = [&](auto first, auto packets) {
+      constexpr int J0 = decltype(first)::value, P = decltype(packets)::value;
+      for_row_blocks<Shape<P>::kRows>(0, rows, [&](auto mr, Index i) {
+        block<decltype(mr)::value, Rows, J0, P>(x + i * xs, xs, panel, k, y + i * ys, ys, cols,
+                                                accumulate);
+      });
+    };
+    using Whole = std::integral_constant<int, kPackets>;
+    using Half = std::integral_constant<int, kPromptPackets>;
+    if constexpr (kPromptPackets == kPackets) {
+      pass(std::integral_constant<int, 0>(), Whole());
+    } else {
+      if (!prompt) return pass(std::integral_constant<int, 0>(), Whole());
+      pass(std::integral_constant<int, 0>(), Half());
+      if (cols > kPromptPackets * kLanes) pass(Half(), Half());
     }
   }
 

@@ -86,10 +86,8 @@ void panel_product(const Matrix<Scalar>& x, const RoundedInputs& rounded,
                                 integer_dots);
     }
     const auto multiply = [&](const auto& panel_rows) {
-      for_row_blocks<Kernel::kRows>(0, rows, [&](auto mr, Index i) {
-        Kernel::template block<decltype(mr)::value>(x_rows + (i0 + i) * k + q0, k, panel_rows,
-                                                    depth, yp + i * ys, ys, cols, q0 > 0);
-      });
+      Kernel::rows_times_panel(x_rows + i0 * k + q0, k, rows, panel_rows, depth, yp, ys, cols,
+                               q0 > 0, !few_rows);
     };
     // One row of x reads an f16 or bf16 panel decoding each row in registers, in one pass with the
     // loads from memory; more rows decode a tile once for all their blocks (with the decoding in
