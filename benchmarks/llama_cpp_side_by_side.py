@@ -38,7 +38,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from gguf_writer import nbytes, tensor_list  # noqa: E402
-from weight_types import bench  # noqa: E402
+from weight_types import bench, print_result  # noqa: E402
 
 PROMPT_LEN = 16
 NODE_LLAMA = os.path.join(HERE, "llama_cpp", "node_modules", "node-llama-cpp")
@@ -176,11 +176,7 @@ def main():
     report = {"shape": shape, "gen_len": args.gen_len, "prompt_len": PROMPT_LEN, "rounds": args.rounds,
               "read_bandwidth_bytes_per_s": bandwidths, "results": results, "best_thread_count": best}
     print_table(results, best)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    print_result(report, args.out)
 
 
 def run_rounds(args, types, thread_counts, models):

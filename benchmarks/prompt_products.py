@@ -18,6 +18,10 @@ import json
 import os
 import statistics
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from weight_types import bench, print_result  # noqa: E402
 
 
 def kernels(build, threads):
@@ -30,11 +34,10 @@ def kernels(build, threads):
 
 
 def first_token(build, config, weights, dots, threads, prompt_len):
-    cmd = [os.path.join(build, "tools", "retnet"), "bench", "--config", config, "--weights",
-           weights, "--threads", threads, "--prompt-len", str(prompt_len), "--gen-len", "0",
-           "--repetitions", "2", "--json"] + (["--bf16-dots"] if dots else [])
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["prefill_seconds"]
+    extra = ["--prompt-len", str(prompt_len), "--gen-len", "0", "--repetitions", "2"]
+    row = bench(os.path.join(build, "tools", "retnet"), ["--config", config], weights, threads,
+                extra + (["--bf16-dots"] if dots else []))
+    return row["prefill_seconds"]
 
 
 def main():
@@ -75,11 +78,7 @@ def main():
     for t in threads:
         result["bf16_dots_over_f32"][f"ttft/{t}"] = (
             result["ttft_seconds"][f"f32/{t}"] / result["ttft_seconds"][f"bf16 dots/{t}"])
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    print_result(result, args.out)
 
 
 if __name__ == "__main__":

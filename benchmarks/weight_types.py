@@ -26,6 +26,15 @@ def bench(cli, source, weights, threads, extra):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def print_result(result, out):
+    """The result as indented JSON on stdout, and in the file `out` when given."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("cli")
@@ -84,11 +93,7 @@ def main():
         b1 = ratios[t]["decode_b1_best"]
         ratios[t]["batch8_vs_batch1"] = ratios[t]["decode_b8_best"] / b1
     result["best"] = ratios
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    print_result(result, args.out)
 
 
 if __name__ == "__main__":
