@@ -56,9 +56,8 @@ inline int num_threads() {
 /// The least work worth a piece of its own, in bytes one piece reads and writes: handing work
 /// to another core and back costs about a microsecond (the claim, the data's cache lines moving
 /// over), in which a core streams some 50 KB; below a few times that, the split loses what it
-/// gains. Measured on decoding (docs/PERFORMANCE.md, "Threads on a busy machine"): 32 KB made
-/// the demo model slower at 2 threads than at 1, 128 KB to 512 KB kept it level and sped up the
-/// base config.
+/// gains. Measured on decoding (docs/THREADS.md): 32 KB made the demo model slower at 2 threads
+/// than at 1, 128 KB to 512 KB kept it level and sped up the base config.
 inline constexpr size_t kMinBytesPerPiece = size_t(256) << 10;
 
 /// An item whose size is not given: worth a piece of its own.
