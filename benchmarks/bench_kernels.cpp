@@ -66,6 +66,37 @@ void BM_RecurrentRetention(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 
+// One decoding step of the state alone, at fla-hub/retnet-1.3B's head shape (8 heads, dk 256,
+// dv 512: 4 MB a layer and sequence), for range(0) sequences (1: in the last-level cache; 24: a
+// whole 1.3B sequence's 100 MB), the state written every token (range(1) = 1, the plain
+// recurrence) or once per range(1) tokens (the deferred fold). 2 threads. Reports the state's
+// bytes over the time of a step ("state GB/s": the plain step moves twice that, the deferred
+// (1 + 1/W) times), so the two compare directly.
+void BM_StateStep(benchmark::State& state) {
+  const Index batch = state.range(0), pairs = state.range(1), heads = 8, dk = 256, dv = 512;
+  retnet::set_num_threads(2);
+  Tensor4<float> q(batch, heads, 1, dk), k(batch, heads, 1, dk), v(batch, heads, 1, dv), out;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.f, 0.1f);
+  for (auto* t : {&q, &k, &v})
+    for (Index i = 0; i < t->size(); ++i) t->data()[i] = normal(rng);
+  const auto decays = retnet::default_decays<float>(heads);
+  retnet::RetentionState<float> s(batch, heads, dk, dv);
+  s.setZero();
+  retnet::PendingPairs<float> pending;
+  if (pairs > 1) pending = retnet::PendingPairs<float>(batch, heads, pairs, dk, dv, decays);
+  for (auto _ : state) {
+    if (pairs > 1)
+      retnet::deferred_recurrent_retention(q, k, v, decays, s, pending, out);
+    else
+      retnet::recurrent_retention(q, k, v, decays, &s, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["state GB/s"] =
+      benchmark::Counter(double(s.size()) * sizeof(float) * double(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+
 // The matrices one decoding step multiplies, in order: per layer q, k, v, g, out, fc1, gate, fc2,
 // then the output projection (base config).
 struct DecodeWeights {
@@ -346,6 +377,10 @@ BENCHMARK(BM_ParallelRetention)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ChunkwiseRetention)
     ->ArgsProduct({benchmark::CreateRange(256, 8192, 2), {64, 256}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StateStep)
+    ->ArgsProduct({{1, 24}, {1, 16}})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RecurrentRetention)
     ->RangeMultiplier(2)

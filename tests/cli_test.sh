@@ -205,6 +205,12 @@ expect_number "bench state bytes" "$work/out" state_bytes "a == 2 * (2 * 2 * 16 
 # gate 40 x 32, fc2 32 x 40, two norms of 32; the final norm 32: 37536 floats
 expect_number "bench weight bytes" "$work/out" weight_bytes "a == 37536 * 4"
 expect_number "bench batch" "$work/out" batch "a == 2"
+# A deferred fold: the same state, moved (1 + 1/4) times a step plus half its 4 pairs a head.
+expect_ok "bench --fold-every" "$retnet" bench --config "$model/config.json" --prompt-len 16 --gen-len 9 --batch 2 --repetitions 1 --json --threads 1 --fold-every 4
+expect_number "bench --fold-every state bytes" "$work/out" state_bytes "a == 2 * (2 * 2 * 16 * 25 * 4 + 8)"
+expect_number "bench --fold-every step state bytes" "$work/out" step_state_bytes "a == 1.25 * 2 * (2 * 2 * 16 * 25 * 4 + 8) + 0.5 * 2 * 2 * 2 * 4 * (16 + 25) * 4"
+expect_number "bench --fold-every decode speed" "$work/out" decode_tokens_per_s "a > 0"
+expect_error "bench --fold-every 0" "--fold-every must be in [1, 256]" "$retnet" bench --config "$model/config.json" --fold-every 0
 expect_ok "bench -m" "$retnet" bench -m "$model" --prompt-len 8 --gen-len 2 --mode parallel --repetitions 1 --json --threads 1
 expect_number "bench -m prompt length" "$work/out" prompt_len "a == 8"
 expect_number "bench -m weight bytes" "$work/out" weight_bytes "a == 37536 * 4"

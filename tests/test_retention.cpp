@@ -169,6 +169,63 @@ TYPED_TEST(RetentionForms, InitialStateMatchesBruteForce) {
   EXPECT_LE(relative_error(s2, ref_state), Tolerance<Scalar>::value);
 }
 
+// The deferred fold (kernels/deferred_recurrent_retention.hpp) against brute force: outputs read
+// in pieces of every length (so folds fall anywhere in a call), the state once folded, and a
+// chunkwise continuation that folds the pending pairs first.
+TYPED_TEST(RetentionForms, DeferredFoldMatchesBruteForce) {
+  using Scalar = TypeParam;
+  const double tol = Tolerance<Scalar>::value;
+  std::mt19937_64 rng(5);
+  const Index batch = 2, heads = 4, time = 41, dk = 5, dv = 7;
+  const auto q = random_tensor<Scalar>(batch, heads, time, dk, rng);
+  const auto k = random_tensor<Scalar>(batch, heads, time, dk, rng);
+  const auto v = random_tensor<Scalar>(batch, heads, time, dv, rng);
+  const auto initial = random_tensor<Scalar>(batch, heads, dk, dv, rng);
+  const auto decays = test_decays<Scalar>(heads);
+  Tensor4<Scalar> ref_out, ref_state;
+  brute_force_retention(q, k, v, decays, initial, ref_out, ref_state);
+  auto slice = [](const Tensor4<Scalar>& t, Index from, Index len) {
+    Tensor4<Scalar> s =
+        t.slice(Eigen::array<Index, 4>{0, 0, from, 0},
+                Eigen::array<Index, 4>{t.dimension(0), t.dimension(1), len, t.dimension(3)});
+    return s;
+  };
+  for (Index capacity : {2, 5, 16})
+    for (Index piece : {1, 3, 41}) {
+      SCOPED_TRACE("capacity " + std::to_string(capacity) + " piece " + std::to_string(piece));
+      RetentionState<Scalar> state = initial;
+      PendingPairs<Scalar> pending(batch, heads, capacity, dk, dv, decays);
+      Tensor4<Scalar> out;
+      for (Index start = 0; start < time; start += piece) {
+        const Index len = std::min(piece, time - start);
+        deferred_recurrent_retention(slice(q, start, len), slice(k, start, len),
+                                     slice(v, start, len), decays, state, pending, out);
+        EXPECT_LE(relative_error(out, slice(ref_out, start, len)), tol) << "at " << start;
+      }
+      EXPECT_EQ(pending.count[0], time % capacity);
+      EXPECT_EQ(pending.count[1], time % capacity);
+      if (time % capacity != 0) {
+        EXPECT_GT(relative_error(state, ref_state), 100 * tol);
+      }
+      RetentionState<Scalar> folded = state;
+      PendingPairs<Scalar> copy = pending;
+      fold_pending(folded, copy);
+      EXPECT_TRUE(copy.empty());
+      EXPECT_LE(relative_error(folded, ref_state), tol);
+
+      // The first 30 positions deferred, the rest chunkwise: the fold happens inside retention().
+      state = initial;
+      pending = PendingPairs<Scalar>(batch, heads, capacity, dk, dv, decays);
+      retention(Form::kRecurrent, slice(q, 0, 30), slice(k, 0, 30), slice(v, 0, 30), decays, state,
+                &pending, out);
+      retention(Form::kChunkwise, slice(q, 30, 11), slice(k, 30, 11), slice(v, 30, 11), decays,
+                state, &pending, out);
+      EXPECT_TRUE(pending.empty());
+      EXPECT_LE(relative_error(out, slice(ref_out, 30, 11)), tol);
+      EXPECT_LE(relative_error(state, ref_state), tol);
+    }
+}
+
 // --- invalid arguments: an InvalidArgument whose message names the argument ---
 
 TEST(RetentionArguments, RejectsMismatchedShapes) {
@@ -211,4 +268,23 @@ TEST(RetentionArguments, RejectsDecaysOutsideTheUnitInterval) {
   RetentionState<double> state;
   expect_error<InvalidArgument>([&] { recurrent_retention_step(q3, q3, v3, {2.0}, state, out); },
                                 {"decays[0]"});
+}
+
+TEST(RetentionArguments, RejectsPendingPairsThatDoNotFit) {
+  const auto decays = default_decays<double>(2);
+  expect_error<InvalidArgument>([&] { PendingPairs<double>(1, 2, 1, 4, 6, decays); },
+                                {"capacity 1 outside [2, 256]"});
+  expect_error<InvalidArgument>([&] { PendingPairs<double>(1, 2, 257, 4, 6, decays); },
+                                {"capacity 257"});
+  Tensor4<double> q(1, 2, 3, 4), v(1, 2, 3, 6), out;
+  q.setZero(), v.setZero();
+  RetentionState<double> state;
+  PendingPairs<double> narrow(1, 2, 4, 4, 5, decays);
+  expect_error<InvalidArgument>(
+      [&] { deferred_recurrent_retention(q, q, v, decays, state, narrow, out); },
+      {"pending pairs of shape", "do not fit"});
+  PendingPairs<double> other(1, 2, 4, 4, 6, default_decays<double>(2));
+  other.decays[1] = 0.5;
+  expect_error<InvalidArgument>(
+      [&] { deferred_recurrent_retention(q, q, v, decays, state, other, out); }, {"other decays"});
 }

@@ -35,6 +35,7 @@ struct BenchFlags {
   std::optional<Index> chunk_size;
   LogitsMode logits;
   int repetitions;
+  Index fold_every;
   bool bf16_dots, json;
 
   void declare(FlagTable& f) {
@@ -54,6 +55,9 @@ struct BenchFlags {
     f.choice(logits, "--logits", "M", LogitsMode::kLast,
              {{"last", LogitsMode::kLast}, {"all", LogitsMode::kAll}},
              "prompt logits: last (time to first token) | all");
+    f.value(fold_every, "--fold-every", "N", 1, {1, kMaxPendingPairs},
+            "decoding adds the last N tokens into the state at once (RetNetModel::defer_fold); "
+            "1: every token, the plain recurrence");
     f.value(repetitions, "--repetitions", "R", 3, {1, 1000},
             "timed runs after one warm-up run; mean and standard deviation reported");
     f.toggle(json, "--json", "print one JSON object per row (JSON Lines)");
@@ -152,7 +156,8 @@ struct BenchRow {
   Index batch = 1, prompt_len = 1, gen_len = 0;
   double load_seconds = 0;
   std::vector<double> prefill_s, decode_s, prefill_tps, decode_tps;
-  size_t state_bytes = 0;
+  size_t state_bytes = 0;    // the recurrent state, without pending pairs
+  size_t pending_bytes = 0;  // the pairs of a deferred fold
 };
 
 inline void time_runs(const Model& model, const BenchFlags& flags, BenchRow& row) {
@@ -169,6 +174,7 @@ inline void time_runs(const Model& model, const BenchFlags& flags, BenchRow& row
     model.forward(prompt, flags.mode, flags.chunk_size.value_or(0), state, ws, logits,
                   flags.logits);
     const double prefill = seconds_since(t0);
+    if (flags.fold_every > 1) model.defer_fold(state, flags.fold_every);
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (Index b = 0; b < batch; ++b) next[b] = prompt(b, prompt_len - 1);
     t0 = std::chrono::steady_clock::now();
@@ -181,7 +187,10 @@ inline void time_runs(const Model& model, const BenchFlags& flags, BenchRow& row
       }
     }
     const double decode = seconds_since(t0);
-    row.state_bytes = state.size_bytes();
+    row.pending_bytes = 0;
+    for (const auto& p : state.pending)
+      row.pending_bytes += size_t(p.keys.size() + p.values.size()) * sizeof(float);
+    row.state_bytes = state.size_bytes() - row.pending_bytes;
     if (run == 0) continue;
     row.prefill_s.push_back(prefill);
     row.decode_s.push_back(decode);
@@ -221,6 +230,11 @@ inline nlohmann::json row_json(const Model& model, const BenchFlags& flags, cons
           {"peak_rss_bytes", peak_rss_bytes()},
           {"load_seconds", row.load_seconds},
           {"state_bytes", row.state_bytes},
+          {"fold_every", flags.fold_every},
+          // What a decoding step moves of the state: read every step and written once per
+          // fold_every steps, plus about half the pending pairs read.
+          {"step_state_bytes", double(row.state_bytes) * (1.0 + 1.0 / double(flags.fold_every)) +
+                                   0.5 * double(row.pending_bytes)},
           {"weight_bytes", weight_bytes},
           {"decode_step_weight_bytes",
            config.tie_embeddings ? weight_bytes : weight_bytes - embed_bytes},

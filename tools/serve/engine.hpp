@@ -69,7 +69,7 @@ class DecodeBatch {
       state_ = std::move(one);
     } else {
       if (state_.batch() == count_) resize(count_ + 1);
-      copy_row(one, 0, state_, count_);
+      ModelState<float>::copy_entry(one, 0, state_, count_);
     }
     return count_++;
   }
@@ -78,37 +78,20 @@ class DecodeBatch {
   /// when r was the last).
   Index remove(Index r) {
     const Index last = count_ - 1;
-    if (r != last) copy_row(state_, last, state_, r);
+    if (r != last) ModelState<float>::copy_entry(state_, last, state_, r);
     if (--count_ == 0) state_ = ModelState<float>{};  // an idle server holds no batch state
     return last;
   }
 
   ModelState<float> extract(Index r) const { return state_.select(r); }
 
-  /// Row `from` of `src` into row `to` of `dst` (states of one model).
-  static void copy_row(const ModelState<float>& src, Index from, ModelState<float>& dst, Index to) {
-    dst.positions[to] = src.positions[from];
-    for (size_t l = 0; l < src.layers.size(); ++l) {
-      const Index block = src.layers[l].size() / src.batch();
-      std::copy_n(src.layers[l].data() + from * block, block, dst.layers[l].data() + to * block);
-    }
-  }
-
  private:
   /// `rows` rows, the first min(size(), rows) kept; rows beyond them are left unset (add()
   /// writes them).
   void resize(Index rows) {
-    ModelState<float> next;
-    next.positions.assign(static_cast<size_t>(rows), 0);
-    next.layers.reserve(state_.layers.size());  // Eigen tensors are copied when a vector grows
-    const Index keep = std::min(count_, rows);
-    for (const auto& layer : state_.layers) {
-      RetentionState<float> t(rows, layer.dimension(1), layer.dimension(2), layer.dimension(3));
-      const Index block = layer.size() / state_.batch();
-      std::copy_n(layer.data(), keep * block, t.data());
-      next.layers.push_back(std::move(t));
-    }
-    std::copy_n(state_.positions.begin(), keep, next.positions.begin());
+    ModelState<float> next = state_.empty_like(rows);
+    for (Index r = 0; r < std::min(count_, rows); ++r)
+      ModelState<float>::copy_entry(state_, r, next, r);
     state_ = std::move(next);
   }
 

@@ -276,10 +276,12 @@ ModelState<Scalar> read_state_body_from_pipe(std::istream& in, const uint64_t (&
 enum class StatePrecision { kNative, kBFloat16 };
 
 /// Writes `state` with `fingerprint`, the model_fingerprint() of the model it belongs to;
-/// load_state() refuses it for any other model.
+/// load_state() refuses it for any other model. A state that defers its fold is written folded
+/// (ModelState::folded()): a file holds the plain recurrence's state, whatever made it.
 template <typename Scalar>
 void save_state(std::ostream& out, const ModelState<Scalar>& state, uint64_t fingerprint,
                 StatePrecision precision = StatePrecision::kNative) {
+  if (state.defers_fold()) return save_state(out, state.folded(), fingerprint, precision);
   const bool bf16 = precision == StatePrecision::kBFloat16;
   constexpr bool is_float = std::is_same_v<Scalar, float>;
   RETNET_REQUIRE(!bf16 || is_float, "save_state: bfloat16 values are for float states");

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "retnet/kernels/chunkwise_retention.hpp"
+#include "retnet/kernels/deferred_recurrent_retention.hpp"
 #include "retnet/kernels/parallel_retention.hpp"
 #include "retnet/kernels/recurrent_retention.hpp"
 #include "retnet/kernels/retention_common.hpp"
@@ -39,6 +40,19 @@ void retention(Form form, const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
       recurrent_retention(q, k, v, decays, &state, out);
       break;
   }
+}
+
+/// As above for a state with a deferred fold (`pending` may be null: none): the recurrent form
+/// adds to the pending pairs; the other forms fold them into `state` first.
+template <typename Scalar>
+void retention(Form form, const Tensor4<Scalar>& q, const Tensor4<Scalar>& k,
+               const Tensor4<Scalar>& v, const std::vector<Scalar>& decays,
+               RetentionState<Scalar>& state, PendingPairs<Scalar>* pending, Tensor4<Scalar>& out) {
+  if (!pending) return retention(form, q, k, v, decays, state, out);
+  if (form == Form::kRecurrent)
+    return deferred_recurrent_retention(q, k, v, decays, state, *pending, out);
+  if (!pending->empty()) fold_pending(state, *pending);
+  retention(form, q, k, v, decays, state, out);
 }
 
 }  // namespace retnet

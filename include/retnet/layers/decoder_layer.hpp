@@ -33,14 +33,16 @@ struct DecoderLayerWorkspace {
   FeedForwardWorkspace<Scalar> ffn;
 };
 
-/// x [batch·time, d] in place; `state` is this layer's retention state.
+/// x [batch·time, d] in place; `state` is this layer's retention state, `pending` (if given)
+/// its deferred pairs.
 template <typename Scalar>
 void decoder_layer(const DecoderLayerParams<Scalar>& p, const DecoderLayerWeights<Scalar>& w,
                    Matrix<Scalar>& x, const SequenceLayout<Scalar>& layout, Form form,
-                   RetentionState<Scalar>& state, DecoderLayerWorkspace<Scalar>& ws) {
+                   RetentionState<Scalar>& state, DecoderLayerWorkspace<Scalar>& ws,
+                   PendingPairs<Scalar>* pending = nullptr) {
   w.retention_norm.apply(x, p.eps, ws.normed);
   multiscale_retention(p.retention, w.retention, ws.normed, layout, form, state, ws.retention,
-                       ws.delta);
+                       ws.delta, pending);
   x += ws.delta;
   w.final_norm.apply(x, p.eps, ws.normed);
   feed_forward(p.ffn, w.ffn, ws.normed, ws.ffn, ws.delta);

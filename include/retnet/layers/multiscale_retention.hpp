@@ -165,19 +165,19 @@ void normalize_heads(const RetentionParams<Scalar>& p, const RetentionWeights<Sc
 
 /// y = MSR(x) for x [batch·time, d] laid out as `layout`; `state` [batch, heads, dk,
 /// p.state_columns()] is the state before the first row (zero when empty) and receives the state
-/// after the last.
+/// after the last; `pending`, when given, holds its deferred pairs (kernels/retention.hpp).
 template <typename Scalar>
 void multiscale_retention(const RetentionParams<Scalar>& p, const RetentionWeights<Scalar>& w,
                           const Matrix<Scalar>& x, const SequenceLayout<Scalar>& layout, Form form,
                           RetentionState<Scalar>& state, RetentionWorkspace<Scalar>& ws,
-                          Matrix<Scalar>& y) {
+                          Matrix<Scalar>& y, PendingPairs<Scalar>* pending = nullptr) {
   if (p.output_gate)
     linear<Scalar, 4>(x, {&w.q_proj, &w.k_proj, &w.v_proj, &w.g_proj},
                       {&ws.q, &ws.k, &ws.v, &ws.g});
   else
     linear<Scalar, 3>(x, {&w.q_proj, &w.k_proj, &w.v_proj}, {&ws.q, &ws.k, &ws.v});
   detail::split_heads(p, layout, ws);
-  retention(form, ws.qh, ws.kh, ws.vh, p.decays, state, ws.oh);
+  retention(form, ws.qh, ws.kh, ws.vh, p.decays, state, pending, ws.oh);
   detail::normalize_heads(p, w, layout, ws);
   if (p.output_gate) ws.o.array() *= ws.g.array().unaryExpr([](Scalar g) { return swish(g); });
   linear(ws.o, w.out_proj, y);

@@ -79,6 +79,27 @@ class RetNetModel {
     return s;
   }
 
+  /// Defers the fold of `state`'s recurrent steps (docs/NUMERICS.md#deferred-fold): from now on
+  /// the recurrent form keeps the last pairs beside each layer's state and adds them in every
+  /// `pairs` tokens, so that a decoded token reads the state once and writes it only then. The
+  /// logits are those of the plain recurrence to rounding. The other forms fold first; state
+  /// files and sessions hold state.folded(). No-op if `state` already defers with `pairs`.
+  void defer_fold(ModelState<Scalar>& state, Index pairs = kDeferredFoldPairs) const {
+    check_state(state, state.batch());
+    if (state.defers_fold() && state.pending[0].capacity() == pairs) return;
+    if (state.defers_fold()) state = state.folded();
+    state.pending.reserve(state.layers.size());
+    for (size_t l = 0; l < state.layers.size(); ++l)
+      state.pending.emplace_back(state.batch(), config_.heads, pairs, config_.key_head_dim(),
+                                 state_columns(), layer_params_.retention.decays);
+  }
+
+  /// The capacity defer_fold() gives by default: the state is written once per 16 tokens
+  /// (state traffic per token (1 + 1/16) / 2 of the plain recurrence's), and the pairs cost
+  /// 16 (dk + dv) values per head beside its dk·dv. Not the default of generate and serve: on
+  /// the CPU measured it was no faster (docs/PERFORMANCE.md, "Deferred fold").
+  static constexpr Index kDeferredFoldPairs = 16;
+
   /// Reads `tokens` [batch, time] from `state` (updated in place) in the given form and calls
   /// on_logits(start, len, logits [batch·len, vocab]) after each segment, so that a long
   /// sequence can be scored in bounded memory. With kLast only the last position's logits are
@@ -222,7 +243,7 @@ class RetNetModel {
                   layer_params_.retention.rotation);
     for (size_t l = 0; l < weights_.layers.size(); ++l)
       decoder_layer(layer_params_, weights_.layers[l], ws.x, ws.layout, form, state.layers[l],
-                    ws.layer);
+                    ws.layer, state.defers_fold() ? &state.pending[l] : nullptr);
     for (auto& p : state.positions) p += tokens.cols();
   }
 
@@ -290,6 +311,15 @@ class RetNetModel {
                      "forward: state of layer " + std::to_string(l) + " has shape " +
                          detail::shape_string(state.layers[l].dimensions()) + ", expected " +
                          detail::shape_string(expected));
+    RETNET_REQUIRE(state.pending.empty() || state.pending.size() == state.layers.size(),
+                   "forward: state has pending pairs for " + std::to_string(state.pending.size()) +
+                       " layers, and " + std::to_string(state.layers.size()) + " layers");
+    for (const auto& p : state.pending)
+      RETNET_REQUIRE(p.batch() == batch && p.keys.dimension(1) == config_.heads &&
+                         p.keys.dimension(3) == config_.key_head_dim() &&
+                         p.values.dimension(3) == state_columns() &&
+                         p.decays == layer_params_.retention.decays,
+                     "forward: the state's pending pairs do not fit this model");
   }
 
   void check_shapes() const {

@@ -13,6 +13,7 @@
 
 #include "retnet/core/error.hpp"
 #include "retnet/core/random.hpp"
+#include "retnet/kernels/deferred_recurrent_retention.hpp"
 #include "retnet/kernels/retention_common.hpp"
 #include "retnet/model/config.hpp"
 #include "retnet/model/weights.hpp"
@@ -23,59 +24,121 @@ template <typename Scalar>
 struct ModelState {
   std::vector<RetentionState<Scalar>> layers;  // each [batch, heads, dk, dv + 1]
   std::vector<int64_t> positions;              // tokens consumed, per batch entry
+  // With a deferred fold (RetNetModel::defer_fold; docs/NUMERICS.md#deferred-fold), per layer the
+  // pairs of the last tokens, not yet added into `layers`; empty otherwise. While any are pending
+  // `layers` is not the whole state: fold() (or folded()) before reading it directly.
+  std::vector<PendingPairs<Scalar>> pending;
 
   Index batch() const { return static_cast<Index>(positions.size()); }
+  bool defers_fold() const { return !pending.empty(); }
 
-  /// Bytes held by the state (retention states and positions).
+  /// Bytes held by the state (retention states, pending pairs and positions).
   size_t size_bytes() const {
     size_t n = positions.size() * sizeof(int64_t);
     for (const auto& s : layers) n += static_cast<size_t>(s.size()) * sizeof(Scalar);
+    for (const auto& p : pending)
+      n += static_cast<size_t>(p.keys.size() + p.values.size()) * sizeof(Scalar);
     return n;
   }
 
-  /// Batch entry `b` alone, as a batch of one.
-  ModelState select(Index b) const {
-    RETNET_REQUIRE(b >= 0 && b < batch(), "ModelState::select: batch entry " + std::to_string(b) +
-                                              " is outside [0, " + std::to_string(batch()) + ")");
-    ModelState out;
-    out.positions = {positions[b]};
-    out.layers.reserve(layers.size());  // Eigen tensors are copied, not moved, when a vector grows
-    for (const auto& s : layers) {
-      RetentionState<Scalar> one(1, s.dimension(1), s.dimension(2), s.dimension(3));
-      const Index block = one.size();
-      std::copy_n(s.data() + b * block, block, one.data());
-      out.layers.push_back(std::move(one));
-    }
+  /// Adds every pending pair into `layers`; the fold stays deferred for the tokens to come.
+  void fold() {
+    for (size_t l = 0; l < pending.size(); ++l) fold_pending(layers[l], pending[l]);
+  }
+
+  /// This state with nothing pending and no deferred fold: what state files and sessions hold.
+  ModelState folded() const {
+    ModelState out = *this;
+    out.fold();
+    out.pending.clear();
     return out;
   }
 
-  /// The batch entries of `parts`, in order, as one state (all must come from one model).
+  /// Batch entry `b` alone, as a batch of one (with its pending pairs, if any).
+  ModelState select(Index b) const {
+    RETNET_REQUIRE(b >= 0 && b < batch(), "ModelState::select: batch entry " + std::to_string(b) +
+                                              " is outside [0, " + std::to_string(batch()) + ")");
+    ModelState out = empty_like(1);
+    copy_entry(*this, b, out, 0);
+    return out;
+  }
+
+  /// The batch entries of `parts`, in order, as one state (all must come from one model). It
+  /// defers its fold when every part does with the same capacity; otherwise the parts are folded.
   static ModelState concatenate(const std::vector<ModelState>& parts) {
     RETNET_REQUIRE(!parts.empty(), "ModelState::concatenate: no states given");
-    ModelState out;
     Index total = 0;
+    bool deferred = true;
     for (const auto& p : parts) {
       RETNET_REQUIRE(p.layers.size() == parts[0].layers.size(),
                      "ModelState::concatenate: states have different numbers of layers");
       total += p.batch();
-      out.positions.insert(out.positions.end(), p.positions.begin(), p.positions.end());
+      deferred =
+          deferred && p.defers_fold() && p.pending[0].capacity() == parts[0].pending[0].capacity();
     }
-    out.layers.reserve(parts[0].layers.size());
-    for (size_t l = 0; l < parts[0].layers.size(); ++l) {
-      const auto& first = parts[0].layers[l];
-      RetentionState<Scalar> s(total, first.dimension(1), first.dimension(2), first.dimension(3));
-      Scalar* dst = s.data();
-      for (const auto& p : parts) {
-        const auto& src = p.layers[l];
-        RETNET_REQUIRE(src.dimension(1) == first.dimension(1) &&
-                           src.dimension(2) == first.dimension(2) &&
-                           src.dimension(3) == first.dimension(3),
-                       "ModelState::concatenate: layer " + std::to_string(l) + " shapes differ");
-        dst = std::copy_n(src.data(), src.size(), dst);
-      }
-      out.layers.push_back(std::move(s));
+    ModelState out = parts[0].empty_like(total);
+    if (!deferred) out.pending.clear();
+    Index row = 0;
+    for (const auto& p : parts) {
+      const ModelState plain = deferred || !p.defers_fold() ? ModelState{} : p.folded();
+      const ModelState& src = plain.layers.empty() ? p : plain;
+      for (Index b = 0; b < src.batch(); ++b) copy_entry(src, b, out, row++);
     }
     return out;
+  }
+
+  /// A state of `rows` batch entries shaped like this one (deferring its fold if this one does);
+  /// values unset, positions 0.
+  ModelState empty_like(Index rows) const {
+    ModelState out;
+    out.positions.assign(static_cast<size_t>(rows), 0);
+    out.layers.reserve(layers.size());  // Eigen tensors are copied, not moved, when a vector grows
+    for (const auto& s : layers)
+      out.layers.emplace_back(rows, s.dimension(1), s.dimension(2), s.dimension(3));
+    out.pending.reserve(pending.size());
+    for (const auto& p : pending)
+      out.pending.emplace_back(rows, p.keys.dimension(1), p.capacity(), p.keys.dimension(3),
+                               p.values.dimension(3), p.decays);
+    return out;
+  }
+
+  /// Batch entry `from` of `src` into entry `to` of `dst` (states of one model). A destination
+  /// that defers its fold takes the source's pending pairs (none if the source does not defer);
+  /// one that does not needs a source entry with nothing pending.
+  static void copy_entry(const ModelState& src, Index from, ModelState& dst, Index to) {
+    RETNET_REQUIRE(src.layers.size() == dst.layers.size() && from >= 0 && from < src.batch() &&
+                       to >= 0 && to < dst.batch(),
+                   "ModelState::copy_entry: states or entries do not match");
+    dst.positions[to] = src.positions[from];
+    for (size_t l = 0; l < src.layers.size(); ++l) {
+      const auto& s = src.layers[l];
+      auto& d = dst.layers[l];
+      RETNET_REQUIRE(s.dimension(1) == d.dimension(1) && s.dimension(2) == d.dimension(2) &&
+                         s.dimension(3) == d.dimension(3),
+                     "ModelState::copy_entry: layer " + std::to_string(l) + " shapes differ");
+      const Index block = s.size() / src.batch();
+      std::copy_n(s.data() + from * block, block, d.data() + to * block);
+    }
+    const Index waiting = src.defers_fold() ? src.pending[0].count[from] : 0;
+    if (!dst.defers_fold()) {
+      RETNET_REQUIRE(waiting == 0,
+                     "ModelState::copy_entry: the source entry has pending pairs "
+                     "and the destination does not defer its fold");
+      return;
+    }
+    for (size_t l = 0; l < dst.pending.size(); ++l) {
+      auto& d = dst.pending[l];
+      d.count[to] = waiting;
+      if (waiting == 0) continue;
+      const auto& s = src.pending[l];
+      RETNET_REQUIRE(s.capacity() == d.capacity() && s.keys.dimension(1) == d.keys.dimension(1) &&
+                         s.keys.dimension(3) == d.keys.dimension(3) &&
+                         s.values.dimension(3) == d.values.dimension(3),
+                     "ModelState::copy_entry: pending pairs of different shapes");
+      const Index keys = s.keys.size() / src.batch(), values = s.values.size() / src.batch();
+      std::copy_n(s.keys.data() + from * keys, keys, d.keys.data() + to * keys);
+      std::copy_n(s.values.data() + from * values, values, d.values.data() + to * values);
+    }
   }
 };
 
