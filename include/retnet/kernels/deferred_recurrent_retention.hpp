@@ -85,10 +85,14 @@ void fold_head(const Scalar* q, const Scalar* keys, const Scalar* values, const 
   Eigen::Map<const Matrix<Scalar>> v(values, pairs, dv);
   Eigen::Map<RowVector<Scalar>> o(out, q ? dv : 0);
   o.setZero();
+  // Row i gains a V with a_j = coefficient_j k_j[i]: a product of one row by the pairs' values,
+  // which Eigen blocks in registers (a loop of axpys would store the row once per pair).
+  Eigen::Matrix<Scalar, 1, Eigen::Dynamic, Eigen::RowMajor, 1, kMaxPendingPairs> a(pairs);
   for (Index i = 0; i < dk; ++i) {
     Eigen::Map<RowVector<Scalar>> s(state + i * dv, dv);
+    for (Index j = 0; j < pairs; ++j) a[j] = coefficient[j] * keys[j * dk + i];
     s *= state_decay;
-    for (Index j = 0; j < pairs; ++j) s += (coefficient[j] * keys[j * dk + i]) * v.row(j);
+    s.noalias() += a * v;
     if (q) o += q[i] * s;
   }
 }
