@@ -16,20 +16,15 @@ medians of the rounds; ratios are of medians. JSON on stdout (and --out FILE).
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import json
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from weight_types import bench, print_result  # noqa: E402
+from weight_types import bench, bench_kernels, print_result  # noqa: E402
 
 
 def floors(build, threads):
     pattern = f"BM_ReadBandwidth/142/{threads}/|BM_FmaPeak/{threads}/"
-    cmd = [os.path.join(build, "benchmarks", "bench_kernels"), f"--benchmark_filter={pattern}",
-           "--benchmark_format=json"]
-    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    values = {b["name"].split("/")[0]: b for b in out["benchmarks"]}
+    values = {b["name"].split("/")[0]: b for b in bench_kernels(build, pattern)}
     return values["BM_ReadBandwidth"]["GB/s"], values["BM_FmaPeak"]["GFLOP/s"]
 
 

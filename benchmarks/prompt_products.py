@@ -14,23 +14,18 @@ same round (f32 against BM_FmaPeak, bf16 dots against BM_Bf16DotPeak), and bf16 
 to f32 at the same size and thread count. JSON on stdout (and --out FILE).
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from weight_types import bench, print_result  # noqa: E402
+from weight_types import bench, bench_kernels, print_result  # noqa: E402
 
 
 def kernels(build, threads):
     counts = "|".join(threads)
     pattern = f"BM_FmaPeak/({counts})/|BM_Bf16DotPeak/({counts})/|BM_PromptProduct/({counts})/[023]/"
-    cmd = [os.path.join(build, "benchmarks", "bench_kernels"), f"--benchmark_filter={pattern}",
-           "--benchmark_format=json"]
-    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    return {b["name"].removesuffix("/real_time"): b["GFLOP/s"] for b in out["benchmarks"]}
+    return {b["name"].removesuffix("/real_time"): b["GFLOP/s"] for b in bench_kernels(build, pattern)}
 
 
 def first_token(build, config, weights, dots, threads, prompt_len):

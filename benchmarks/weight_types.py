@@ -15,6 +15,7 @@ for the best thread count of each, across counts. JSON on stdout (and --out FILE
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +25,14 @@ def bench(cli, source, weights, threads, extra):
     cmd = [cli, "bench", *source, "--weights", weights, "--threads", str(threads), "--json", *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def bench_kernels(build, pattern):
+    """The JSON benchmarks of `bench_kernels --benchmark_filter=PATTERN` in the build folder."""
+    cmd = [os.path.join(build, "benchmarks", "bench_kernels"), f"--benchmark_filter={pattern}",
+           "--benchmark_format=json"]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)[
+        "benchmarks"]
 
 
 def print_result(result, out):

@@ -37,6 +37,15 @@ std::vector<Scalar> test_decays(Index heads) {
   return std::vector<Scalar>(all.begin(), all.begin() + heads);
 }
 
+// Positions [from, from + len) of a [batch, heads, time, ·] tensor.
+template <typename Scalar>
+Tensor4<Scalar> slice(const Tensor4<Scalar>& t, Index from, Index len) {
+  Tensor4<Scalar> s =
+      t.slice(Eigen::array<Index, 4>{0, 0, from, 0},
+              Eigen::array<Index, 4>{t.dimension(0), t.dimension(1), len, t.dimension(3)});
+  return s;
+}
+
 TYPED_TEST(RetentionForms, EveryFormMatchesBruteForceOverTheGrid) {
   using Scalar = TypeParam;
   const double tol = Tolerance<Scalar>::value;
@@ -115,12 +124,6 @@ TYPED_TEST(RetentionForms, PrefixStateContinuesInAnyForm) {
   Tensor4<Scalar> ref_out, ref_state, none;
   brute_force_retention(q, k, v, decays, none, ref_out, ref_state);
 
-  auto slice = [](const Tensor4<Scalar>& t, Index from, Index len) {
-    Eigen::array<Index, 4> offsets{0, 0, from, 0};
-    Eigen::array<Index, 4> extents{t.dimension(0), t.dimension(1), len, t.dimension(3)};
-    Tensor4<Scalar> s = t.slice(offsets, extents);
-    return s;
-  };
   enum Form { kParallel, kRecurrent, kChunkwise };
   auto run = [&](Form form, const Tensor4<Scalar>& qq, const Tensor4<Scalar>& kk,
                  const Tensor4<Scalar>& vv, RetentionState<Scalar>& state) {
@@ -184,12 +187,6 @@ TYPED_TEST(RetentionForms, DeferredFoldMatchesBruteForce) {
   const auto decays = test_decays<Scalar>(heads);
   Tensor4<Scalar> ref_out, ref_state;
   brute_force_retention(q, k, v, decays, initial, ref_out, ref_state);
-  auto slice = [](const Tensor4<Scalar>& t, Index from, Index len) {
-    Tensor4<Scalar> s =
-        t.slice(Eigen::array<Index, 4>{0, 0, from, 0},
-                Eigen::array<Index, 4>{t.dimension(0), t.dimension(1), len, t.dimension(3)});
-    return s;
-  };
   for (Index capacity : {2, 5, 16})
     for (Index piece : {1, 3, 41}) {
       SCOPED_TRACE("capacity " + std::to_string(capacity) + " piece " + std::to_string(piece));

@@ -187,9 +187,7 @@ inline void time_runs(const Model& model, const BenchFlags& flags, BenchRow& row
       }
     }
     const double decode = seconds_since(t0);
-    row.pending_bytes = 0;
-    for (const auto& p : state.pending)
-      row.pending_bytes += size_t(p.keys.size() + p.values.size()) * sizeof(float);
+    row.pending_bytes = state.pending_bytes();
     row.state_bytes = state.size_bytes() - row.pending_bytes;
     if (run == 0) continue;
     row.prefill_s.push_back(prefill);

@@ -47,7 +47,8 @@ struct Session {
 inline Session at_precision(Session s, StatePrecision precision) {
   if (precision == StatePrecision::kNative || !s.state) return s;
   State rounded = *s.state;
-  rounded.model = rounded.model.folded();
+  rounded.model.fold();  // in place: `rounded` is already a copy
+  rounded.model.pending.clear();
   for (auto& layer : rounded.model.layers)
     for (Index i = 0; i < layer.size(); ++i)
       layer.data()[i] = bf16_to_float(float_to_bf16(layer.data()[i]));

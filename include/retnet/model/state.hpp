@@ -34,8 +34,14 @@ struct ModelState {
 
   /// Bytes held by the state (retention states, pending pairs and positions).
   size_t size_bytes() const {
-    size_t n = positions.size() * sizeof(int64_t);
+    size_t n = positions.size() * sizeof(int64_t) + pending_bytes();
     for (const auto& s : layers) n += static_cast<size_t>(s.size()) * sizeof(Scalar);
+    return n;
+  }
+
+  /// Bytes of the pending pairs alone (0 without a deferred fold).
+  size_t pending_bytes() const {
+    size_t n = 0;
     for (const auto& p : pending)
       n += static_cast<size_t>(p.keys.size() + p.values.size()) * sizeof(Scalar);
     return n;
